@@ -1,0 +1,9 @@
+"""The op registry and the op families that register into it.
+
+Importing this package registers every op; ask :func:`get_op` for an OpDef.
+"""
+
+from compiler.ops import core, elementwise  # noqa: F401  (registration side effects)
+from compiler.ops.registry import OpDef, all_ops, get_op, has_op, register
+
+__all__ = ["OpDef", "all_ops", "get_op", "has_op", "register"]

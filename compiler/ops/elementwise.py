@@ -1,0 +1,236 @@
+"""Elementwise ops: broadcasting binary arithmetic and unary math/activations.
+
+Each op is one table row: name, numpy function, and its attrs dataclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compiler.ir.types import TensorType
+from compiler.ops.registry import (
+    InferContext,
+    Layout,
+    NoAttrs,
+    OpDef,
+    QuantPolicy,
+    register,
+    same_as_input,
+)
+from compiler.ops.shapes import broadcast
+
+__all__ = ["LeakyReluAttrs", "HardSigmoidAttrs", "EluAttrs", "BINARY_OPS", "UNARY_OPS"]
+
+
+def _infer_broadcast(ctx: InferContext) -> list[TensorType]:
+    ta, tb = ctx.type(0), ctx.type(1)
+    if ta.dtype != tb.dtype:
+        raise ctx.fail(f"input dtypes differ: {ta.dtype.short} vs {tb.dtype.short}")
+    if ta.shape is None or tb.shape is None:
+        return [TensorType(ta.dtype, None)]
+    try:
+        return [TensorType(ta.dtype, broadcast([ta.shape, tb.shape], ctx.where))]
+    except ValueError as exc:
+        raise ctx.fail(str(exc)) from None
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):
+        return np.trunc(np.true_divide(a, b)).astype(a.dtype)
+    return np.divide(a, b)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):
+        return np.power(a.astype(np.float64), b).astype(a.dtype)
+    return np.power(a, b.astype(a.dtype)).astype(a.dtype)
+
+
+BINARY_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Div": _int_div,
+}
+
+for _name, _fn in BINARY_OPS.items():
+    register(
+        OpDef(
+            _name,
+            _infer_broadcast,
+            lambda ins, a, n, fn=_fn: [np.asarray(fn(ins[0], ins[1])).astype(ins[0].dtype)],
+            inputs=(2, 2),
+            layout=Layout.AGNOSTIC,
+            quant=QuantPolicy.ACTIVATION if _name in ("Add", "Mul") else QuantPolicy.NONE,
+            doc=f"y = a {dict(Add='+', Sub='-', Mul='*', Div='/')[_name]} b (numpy broadcasting)",
+        )
+    )
+
+
+def _infer_pow(ctx: InferContext) -> list[TensorType]:
+    ta, tb = ctx.type(0), ctx.type(1)
+    if ta.shape is None or tb.shape is None:
+        return [TensorType(ta.dtype, None)]
+    try:
+        return [TensorType(ta.dtype, broadcast([ta.shape, tb.shape], ctx.where))]
+    except ValueError as exc:
+        raise ctx.fail(str(exc)) from None
+
+
+register(
+    OpDef(
+        "Pow",
+        _infer_pow,
+        lambda ins, a, n: [_pow(ins[0], ins[1])],
+        inputs=(2, 2),
+        layout=Layout.AGNOSTIC,
+        doc="y = a ** b (numpy broadcasting; exponent may have another dtype)",
+    )
+)
+
+
+@dataclass(frozen=True)
+class LeakyReluAttrs:
+    """LeakyRelu: y = x if x >= 0 else alpha * x."""
+
+    alpha: float = 0.01
+
+
+@dataclass(frozen=True)
+class HardSigmoidAttrs:
+    """HardSigmoid: y = clip(alpha * x + beta, 0, 1)."""
+
+    alpha: float = 0.2
+    beta: float = 0.5
+
+
+@dataclass(frozen=True)
+class EluAttrs:
+    """Elu: y = x if x > 0 else alpha * (exp(x) - 1)."""
+
+    alpha: float = 1.0
+
+
+def _f(x: np.ndarray, v: float) -> Any:
+    return np.asarray(v, dtype=x.dtype)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype)
+
+
+def _hard_sigmoid(x: np.ndarray, a: HardSigmoidAttrs) -> np.ndarray:
+    return np.clip(x * _f(x, a.alpha) + _f(x, a.beta), 0, 1).astype(x.dtype)
+
+
+UNARY_OPS: dict[str, tuple[Callable[[np.ndarray, Any], np.ndarray], type | None, str]] = {
+    "Relu": (lambda x, a: np.maximum(x, _f(x, 0)), None, "y = max(x, 0)"),
+    "LeakyRelu": (
+        lambda x, a: np.where(x >= 0, x, x * _f(x, a.alpha)).astype(x.dtype),
+        LeakyReluAttrs,
+        "y = x if x >= 0 else alpha*x",
+    ),
+    "Elu": (
+        lambda x, a: np.where(x > 0, x, _f(x, a.alpha) * np.expm1(x)).astype(x.dtype),
+        EluAttrs,
+        "y = x if x > 0 else alpha*(exp(x)-1)",
+    ),
+    "Sigmoid": (lambda x, a: _sigmoid(x), None, "y = 1 / (1 + exp(-x))"),
+    "HardSigmoid": (_hard_sigmoid, HardSigmoidAttrs, "y = clip(alpha*x + beta, 0, 1)"),
+    "HardSwish": (
+        lambda x, a: (x * np.clip(x / _f(x, 6) + _f(x, 0.5), 0, 1)).astype(x.dtype),
+        None,
+        "y = x * clip(x/6 + 1/2, 0, 1)",
+    ),
+    "Tanh": (lambda x, a: np.tanh(x), None, "y = tanh(x)"),
+    "Exp": (lambda x, a: np.exp(x), None, "y = exp(x)"),
+    "Log": (lambda x, a: np.log(x), None, "y = log(x)"),
+    "Sqrt": (lambda x, a: np.sqrt(x), None, "y = sqrt(x)"),
+    "Neg": (lambda x, a: np.negative(x), None, "y = -x"),
+    "Abs": (lambda x, a: np.abs(x), None, "y = |x|"),
+    "Reciprocal": (lambda x, a: np.reciprocal(x), None, "y = 1/x"),
+    "Floor": (lambda x, a: np.floor(x), None, "y = floor(x)"),
+    "Ceil": (lambda x, a: np.ceil(x), None, "y = ceil(x)"),
+    "Softplus": (lambda x, a: np.logaddexp(_f(x, 0), x).astype(x.dtype), None, "y = log(1 + exp(x))"),
+    "Erf": (lambda x, a: _erf(x), None, "y = erf(x)"),
+}
+
+_QUANT_UNARY = {"Relu": QuantPolicy.ACTIVATION}
+
+for _name, (_ufn, _attrs, _doc) in UNARY_OPS.items():
+    register(
+        OpDef(
+            _name,
+            same_as_input(),
+            lambda ins, a, n, fn=_ufn: [np.asarray(fn(ins[0], a)).astype(ins[0].dtype)],
+            _attrs or NoAttrs,
+            layout=Layout.AGNOSTIC,
+            quant=_QUANT_UNARY.get(_name, QuantPolicy.NONE),
+            doc=_doc,
+        )
+    )
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    from math import erf
+
+    return np.vectorize(erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+def _infer_prelu(ctx: InferContext) -> list[TensorType]:
+    tx, ts = ctx.type(0), ctx.type(1)
+    if tx.shape is None or ts.shape is None:
+        return [tx]
+    try:
+        return [TensorType(tx.dtype, broadcast([tx.shape, ts.shape], ctx.where))]
+    except ValueError as exc:
+        raise ctx.fail(str(exc)) from None
+
+
+register(
+    OpDef(
+        "PRelu",
+        _infer_prelu,
+        lambda ins, a, n: [np.where(ins[0] >= 0, ins[0], ins[0] * ins[1]).astype(ins[0].dtype)],
+        inputs=(2, 2),
+        layout=Layout.SPATIAL,
+        doc="y = x if x >= 0 else slope*x (slope broadcasts)",
+    )
+)
+
+
+@dataclass(frozen=True)
+class ClipAttrs:
+    """Clip takes min/max as optional inputs (opset >= 11)."""
+
+
+def _clip_ref(ins: list[np.ndarray | None], a: Any, n: int) -> list[np.ndarray]:
+    x = ins[0]
+    assert x is not None
+    lo = ins[1] if len(ins) > 1 and ins[1] is not None else None
+    hi = ins[2] if len(ins) > 2 and ins[2] is not None else None
+    y = x
+    if lo is not None:
+        y = np.maximum(y, lo.astype(x.dtype))
+    if hi is not None:
+        y = np.minimum(y, hi.astype(x.dtype))
+    return [np.asarray(y, dtype=x.dtype)]
+
+
+register(
+    OpDef(
+        "Clip",
+        same_as_input(),
+        _clip_ref,
+        inputs=(1, 3),
+        layout=Layout.AGNOSTIC,
+        quant=QuantPolicy.ACTIVATION,
+        doc="y = min(max(x, min), max); min and max are optional scalar inputs",
+    )
+)
+
