@@ -3,7 +3,20 @@
 Importing this package registers every op; ask :func:`get_op` for an OpDef.
 """
 
-from compiler.ops import core, elementwise  # noqa: F401  (registration side effects)
+from compiler.ops import (  # noqa: F401  (registration side effects)
+    conv,
+    core,
+    elementwise,
+    linalg,
+    logic,
+    normalization,
+    pooling,
+    quantize,
+    reduce,
+    resize,
+    tensor_data,
+    tensor_shape,
+)
 from compiler.ops.registry import OpDef, all_ops, get_op, has_op, register
 
 __all__ = ["OpDef", "all_ops", "get_op", "has_op", "register"]

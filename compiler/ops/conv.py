@@ -1,0 +1,1 @@
+"""Op family: conv (to be filled)."""

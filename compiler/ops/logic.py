@@ -1,0 +1,1 @@
+"""Op family: logic (to be filled)."""

@@ -1,0 +1,1 @@
+"""Op family: normalization (to be filled)."""

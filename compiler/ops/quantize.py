@@ -1,0 +1,1 @@
+"""Op family: quantize (to be filled)."""

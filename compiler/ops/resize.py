@@ -1,0 +1,1 @@
+"""Op family: resize (to be filled)."""

@@ -1,0 +1,1 @@
+"""Op family: tensor_data (to be filled)."""

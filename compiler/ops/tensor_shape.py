@@ -1,0 +1,1 @@
+"""Op family: tensor_shape (to be filled)."""
