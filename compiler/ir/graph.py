@@ -124,6 +124,7 @@ class Graph:
         self._next_id = 0
         self._inputs: list[int] = []
         self._outputs: list[tuple[int, int]] = []
+        self._output_names: list[str] = []
         self._names: set[str] = set()
         self._pool: dict[str, np.ndarray] = {}
         self._listeners: list[Listener] = []
@@ -198,6 +199,15 @@ class Graph:
         """Graph outputs in order."""
         return [Value(n, p, self) for n, p in self._outputs]
 
+    @property
+    def output_names(self) -> list[str]:
+        """The public names of the graph outputs (usually equal to the values' names).
+
+        They differ only where an output value is also a graph input or another
+        output; exporters then add an Identity to keep the public name.
+        """
+        return list(self._output_names)
+
     def const_value(self, value: Value) -> np.ndarray | None:
         """The read-only array of a constant value, else None."""
         n = self.node(value.node)
@@ -225,6 +235,10 @@ class Graph:
     def _notify(self, event: str, node: Node) -> None:
         for fn in list(self._listeners):
             fn(event, node)
+
+    def has_name(self, name: str) -> bool:
+        """True if a value already uses ``name``."""
+        return name in self._names
 
     def unique_name(self, base: str) -> str:
         """A value name not used yet in this graph, derived from ``base``."""
@@ -361,23 +375,22 @@ class Graph:
     def replace_all_uses(self, old: Value, new: Value) -> None:
         """Make every consumer of ``old`` (and graph outputs) read ``new`` instead.
 
-        A graph output keeps its public name: ``new`` is renamed to it when
-        ``new`` is not itself already a graph input or output.
+        A graph output keeps its public name; ``new`` also takes that name as its
+        value name when it is an internal value (not a graph input or output).
         """
         if old == new:
             return
         for user, port in self.users(old):
             self.set_input(user, port, new)
-        if self.is_output(old):
-            old_name = old.name
-            self._outputs = [(new.node, new.port) if o == (old.node, old.port) else o for o in self._outputs]
-            if not self.is_output_or_input_name(new):
-                self.rename(old, old_name + "__replaced")
-                self.rename(new, old_name)
-
-    def is_output_or_input_name(self, value: Value) -> bool:
-        """True if the value is a graph input, or a graph output more than once."""
-        return value.node in self._inputs or self._outputs.count((value.node, value.port)) > 1
+        if not self.is_output(old):
+            return
+        key_old, key_new = (old.node, old.port), (new.node, new.port)
+        internal = key_new not in self._outputs and new.node not in self._inputs
+        self._outputs = [key_new if o == key_old else o for o in self._outputs]
+        public = [nm for o, nm in zip(self._outputs, self._output_names, strict=True) if o == key_new]
+        if internal and len(public) == 1:
+            self.rename(old, self.unique_name(public[0] + "__old"))
+            self.rename(new, public[0])
 
     def rename(self, value: Value, name: str) -> None:
         """Give ``value`` a new unique name."""
@@ -404,9 +417,13 @@ class Graph:
             self._inputs.remove(node.id)
         self._notify("remove", node)
 
-    def set_outputs(self, outputs: Iterable[Value]) -> None:
-        """Set the ordered graph outputs."""
-        self._outputs = [(v.node, v.port) for v in outputs]
+    def set_outputs(self, outputs: Iterable[Value], names: Sequence[str] | None = None) -> None:
+        """Set the ordered graph outputs and their public names (default: the value names)."""
+        values = list(outputs)
+        self._outputs = [(v.node, v.port) for v in values]
+        self._output_names = list(names) if names is not None else [v.name for v in values]
+        if len(self._output_names) != len(values):
+            raise GraphError("set_outputs: names and outputs differ in count")
 
     # -------------------------------------------------------------------- copies
     def clone(self) -> Graph:
@@ -428,6 +445,7 @@ class Graph:
         g._next_id = self._next_id
         g._inputs = list(self._inputs)
         g._outputs = list(self._outputs)
+        g._output_names = list(self._output_names)
         g._names = set(self._names)
         g._pool = dict(self._pool)
         return g

@@ -67,6 +67,10 @@ def print_graph(graph: Graph, *, constants: bool = True) -> str:
         if not constants and node.op == CONSTANT_OP and not node.domain:
             continue
         lines.append("  " + format_node(graph, node))
-    lines.append("  return " + ", ".join("%" + v.name for v in graph.outputs))
+    rets = [
+        f"%{v.name}" if v.name == public else f"%{v.name} as {public!r}"
+        for v, public in zip(graph.outputs, graph.output_names, strict=True)
+    ]
+    lines.append("  return " + ", ".join(rets))
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,130 @@
+"""The ``kiln`` command line: inspect, compile, run.
+
+Every user error prints one line ``kiln: error: ...`` naming the file, node or
+op, and exits 2 (1 when an artifact fails verification).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from compiler.errors import KilnError, OptionError
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("kiln")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"kiln: error: {self.prog}: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    p = _Parser(prog="kiln", description="Kiln: offline model optimization and quantization compiler")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ins = sub.add_parser("inspect", help="print inputs, outputs, op histogram and parameter size")
+    ins.add_argument("model", type=Path)
+    ins.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3xHxW")
+
+    comp = sub.add_parser("compile", help="optimize a model and write artifacts plus manifest.json")
+    comp.add_argument("model", type=Path)
+    comp.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
+    comp.add_argument("--emit", default="onnx", help="comma-separated artifact kinds (default: onnx)")
+    comp.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3xHxW",
+                      help="fix dynamic input dims (repeatable)")
+    comp.add_argument("--inputs", type=Path, help=".npz of named inputs for verification")
+    comp.add_argument("--no-verify", action="store_true", help="skip checking artifacts against onnxruntime")
+    comp.add_argument("--seed", type=int, default=0, help="seed of random verification inputs")
+
+    run = sub.add_parser("run", help="run an artifact on inputs and save its outputs")
+    run.add_argument("artifact", type=Path)
+    run.add_argument("--inputs", type=Path, required=True)
+    run.add_argument("-o", "--output", type=Path, required=True, metavar="Y.npz")
+    return p
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from compiler.input_spec import parse_input_shapes
+    from compiler.inspect import summarize
+    from frontends.registry import load_model
+
+    graph = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
+    print(summarize(graph, args.model.name))
+    return 0
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from backends.registry import emit_kinds
+    from compiler.driver import compile_model
+    from compiler.input_spec import parse_input_shapes
+    from compiler.options import CompileOptions
+    from compiler.verification import format_table
+
+    emit = tuple(k.strip() for k in args.emit.split(",") if k.strip())
+    bad = [k for k in emit if k not in emit_kinds()]
+    if not emit or bad:
+        raise OptionError(f"--emit {args.emit!r}: unknown kind(s) {bad} (choose from {', '.join(emit_kinds())})")
+    if not args.model.is_file():
+        from compiler.errors import ModelFileError
+
+        raise ModelFileError(f"{args.model}: model file not found")
+    options = CompileOptions(
+        model=args.model, out_dir=args.output, emit=emit, input_shapes=parse_input_shapes(args.input_shape),
+        inputs=args.inputs, verify=not args.no_verify, seed=args.seed,
+    )
+    try:
+        result = compile_model(options)
+    except KilnError as exc:
+        res = getattr(exc, "result", None)
+        if res is not None and res.checks:
+            print(format_table(res.checks))
+        raise
+    if result.checks:
+        print(format_table(result.checks))
+    print(f"wrote {', '.join(a['path'] for a in result.manifest['artifacts'])} and manifest.json to {args.output}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from compiler.input_spec import load_inputs
+    from compiler.output_dir import atomic_output_file
+    from compiler.runners import run_artifact
+
+    if not args.artifact.is_file():
+        from compiler.errors import ModelFileError
+
+        raise ModelFileError(f"{args.artifact}: artifact not found")
+    outs = run_artifact(args.artifact, load_inputs(args.inputs))
+    with atomic_output_file(args.output) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **outs)
+    for k, v in outs.items():
+        print(f"{k}: {v.dtype}{list(v.shape)}")
+    return 0
+
+
+_COMMANDS = {"inspect": _cmd_inspect, "compile": _cmd_compile, "run": _cmd_run}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kiln`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="kiln: %(message)s")
+    try:
+        return _COMMANDS[args.command](args)
+    except KilnError as exc:
+        print(f"kiln: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

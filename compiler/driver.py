@@ -1,0 +1,142 @@
+"""The compile driver: model file -> Graph -> passes -> artifacts + manifest.json.
+
+Read top to bottom, each step is one call::
+
+    graph = load_model(...)          # frontends, picked by suffix / magic bytes
+    verify(graph)                    # structural and type checks
+    optimize(graph, ctx)             # the named pass pipeline
+    artifacts = emit(...)            # backends, into a temporary directory
+    verification = check(...)        # every artifact against the reference runtime
+    manifest.json, then rename       # nothing partial is ever left behind
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.registry import Artifact, get_emitter
+from compiler.errors import VerificationFailed
+from compiler.input_spec import check_inputs, load_inputs, random_inputs
+from compiler.ir.graph import Graph
+from compiler.ir.verifier import verify
+from compiler.options import CompileOptions
+from compiler.output_dir import atomic_output_dir
+from compiler.runners import run_artifact, run_onnxruntime
+from compiler.verification import TOLERANCES, ArtifactCheck, compare_outputs
+
+__all__ = ["compile_model", "CompileResult", "reference_outputs", "describe_values", "sha256_file"]
+
+log = logging.getLogger(__name__)
+
+KILN_VERSION = "0.1.0"
+
+
+@dataclass
+class CompileResult:
+    """What ``compile_model`` produced."""
+
+    out_dir: Path
+    manifest: dict[str, Any]
+    checks: list[ArtifactCheck] = field(default_factory=list)
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def describe_values(graph: Graph, which: str) -> list[dict[str, Any]]:
+    """Names, shapes and dtypes of graph inputs or outputs."""
+    values = graph.inputs if which == "inputs" else graph.outputs
+    return [
+        {"name": v.name, "shape": None if v.type.shape is None else list(v.type.shape),
+         "dtype": v.type.dtype.numpy.name if v.type.dtype.name != "BFLOAT16" else "bfloat16"}
+        for v in values
+    ]
+
+
+def reference_outputs(model: Path, fmt: str, feeds: dict[str, np.ndarray]) -> tuple[str, dict[str, np.ndarray]]:
+    """Run the *source* model in its own reference runtime."""
+    if fmt == "onnx":
+        return "onnxruntime", run_onnxruntime(model, feeds)
+    return fmt, run_artifact(model, feeds)
+
+
+def compile_model(options: CompileOptions) -> CompileResult:
+    """Compile one model; raises KilnError subclasses on bad input or failed verification."""
+    from compiler.pipelines import optimize
+    from frontends.registry import detect_format, load_model
+
+    fmt = detect_format(options.model)
+    graph = load_model(options.model, input_shapes=options.input_shapes)
+    verify(graph)
+    feeds = _feeds(graph, options)
+    timings = optimize(graph, options)
+
+    with atomic_output_dir(options.out_dir) as tmp:
+        artifacts: list[Artifact] = []
+        for kind in options.emit:
+            artifacts.extend(get_emitter(kind)(graph, tmp, options))
+        checks: list[ArtifactCheck] = []
+        verification: dict[str, Any] = {"enabled": options.verify}
+        if options.verify:
+            ref_name, ref = reference_outputs(options.model, fmt, feeds)
+            for art in artifacts:
+                tol = TOLERANCES[art.precision]
+                got = run_artifact(tmp / art.path, feeds)
+                checks.append(ArtifactCheck(art.kind, art.path, art.precision, tol, compare_outputs(got, ref, tol)))
+            verification.update(
+                reference=ref_name,
+                inputs=options.inputs.name if options.inputs else f"random normal, seed {options.seed}",
+                passed=all(c.passed for c in checks),
+                artifacts=[c.as_dict() for c in checks],
+            )
+        manifest = {
+            "kiln_version": KILN_VERSION,
+            "source": {"file": options.model.name, "format": fmt, "sha256": sha256_file(options.model)},
+            "inputs": describe_values(graph, "inputs"),
+            "outputs": describe_values(graph, "outputs"),
+            "options": options.manifest_view(),
+            "artifacts": [
+                {"kind": a.kind, "target": a.target, "path": a.path, "precision": a.precision,
+                 "sha256": sha256_file(tmp / a.path)}
+                for a in artifacts
+            ],
+            "verification": verification,
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    result = CompileResult(options.out_dir, manifest, checks, timings)
+    failed = [(c.path, name) for c in checks for name in c.failures()]
+    if failed:
+        what = ", ".join(f"output {n!r} of {p}" for p, n in failed)
+        err = VerificationFailed(f"{options.model.name}: verification failed for {what} (see manifest.json)")
+        err.result = result  # type: ignore[attr-defined]
+        raise err
+    return result
+
+
+def _feeds(graph: Graph, options: CompileOptions) -> dict[str, np.ndarray]:
+    types = graph.input_types()
+    if options.inputs is not None:
+        return check_inputs(load_inputs(options.inputs), types, str(options.inputs))
+    for name, t in types.items():
+        if not t.is_static:
+            from compiler.errors import InputShapeError
+
+            raise InputShapeError(
+                f"{options.model.name}: input {name!r} has dynamic shape {t}; fix it with "
+                f"--input-shape {name}=... or give --inputs"
+            )
+    return random_inputs(types, options.seed)

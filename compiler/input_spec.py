@@ -1,0 +1,92 @@
+"""Parsing of ``--input-shape`` and ``--inputs``, and seeded random inputs."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from compiler.errors import InputShapeError, ModelFileError
+from compiler.ir.types import TensorType
+
+__all__ = ["parse_input_shapes", "load_inputs", "random_inputs", "check_inputs"]
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=1x3x224x224`` items (several may be joined by commas)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        for item in _split_items(spec):
+            name, sep, dims = item.rpartition("=")
+            if not sep or not name:
+                raise InputShapeError(f"--input-shape {item!r}: expected NAME=D1xD2x... (e.g. input=1x3x224x224)")
+            try:
+                shape = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
+            except ValueError:
+                raise InputShapeError(f"--input-shape {item!r}: dimensions must be integers joined by 'x'") from None
+            if any(d < 1 for d in shape):
+                raise InputShapeError(f"--input-shape {item!r}: dimensions must be >= 1")
+            out[name] = shape
+    return out
+
+
+def _split_items(spec: str) -> list[str]:
+    # "a=1x2,b=3" -> two items; a comma is only a separator when followed by NAME=
+    parts = [p for p in spec.split(",") if p]
+    items: list[str] = []
+    for p in parts:
+        if "=" in p or not items:
+            items.append(p)
+        else:
+            items[-1] += "," + p
+    return items
+
+
+def load_inputs(path: Path) -> dict[str, np.ndarray]:
+    """Load named inputs from a .npz (or a single .npy, returned under key '')."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"{path}: inputs file not found")
+    try:
+        if path.suffix == ".npy":
+            return {"": np.load(path, allow_pickle=False)}
+        with np.load(path, allow_pickle=False) as z:
+            return {k: np.asarray(z[k]) for k in z.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ModelFileError(f"{path}: not a readable .npz/.npy inputs file ({exc})") from None
+
+
+def random_inputs(types: Mapping[str, TensorType], seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for each graph input: N(0,1) floats, small non-negative ints, random bools."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for name, t in types.items():
+        shape = t.static_shape
+        if t.dtype.is_float:
+            out[name] = rng.standard_normal(shape).astype(t.dtype.numpy)
+        elif t.dtype.name == "BOOL":
+            out[name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            out[name] = rng.integers(0, 4, shape).astype(t.dtype.numpy)
+    return out
+
+
+def check_inputs(feeds: dict[str, np.ndarray], types: Mapping[str, TensorType], source: str) -> dict[str, np.ndarray]:
+    """Match feeds to graph inputs by name, check shapes and cast dtypes; names the offender."""
+    if set(feeds) == {""} and len(types) == 1:
+        feeds = {next(iter(types)): feeds[""]}
+    missing = [n for n in types if n not in feeds]
+    if missing:
+        raise InputShapeError(f"{source}: no array for model input(s) {', '.join(missing)} (has {sorted(feeds)})")
+    out = {}
+    for name, t in types.items():
+        arr = feeds[name]
+        if t.shape is not None:
+            want = tuple(t.shape)
+            ok = len(want) == arr.ndim and all(not isinstance(w, int) or w == d for w, d in zip(want, arr.shape))
+            if not ok:
+                raise InputShapeError(f"{source}: input {name!r} has shape {list(arr.shape)}, model expects {list(want)}")
+        out[name] = arr.astype(t.dtype.numpy, copy=False)
+    return out

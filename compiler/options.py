@@ -1,0 +1,39 @@
+"""Option dataclasses. Options travel through the driver and pass context, never globals."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CompileOptions", "EMIT_KINDS"]
+
+EMIT_KINDS = ("onnx",)
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything ``kiln compile`` takes; recorded in the manifest (paths by file name only)."""
+
+    model: Path
+    out_dir: Path
+    emit: tuple[str, ...] = ("onnx",)
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    inputs: Path | None = None
+    verify: bool = True
+    seed: int = 0
+    pipeline: str = "default"
+    passes: str | None = None
+    dump_ir: Path | None = None
+    timing: bool = False
+
+    def manifest_view(self) -> dict[str, Any]:
+        """The options as recorded in the manifest: deterministic, without machine paths."""
+        d = asdict(self)
+        d["model"] = self.model.name
+        d["inputs"] = self.inputs.name if self.inputs else None
+        d["input_shapes"] = {k: list(v) for k, v in sorted(self.input_shapes.items())}
+        d["emit"] = list(self.emit)
+        for k in ("out_dir", "dump_ir", "timing"):
+            d.pop(k)
+        return d
