@@ -45,6 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--inputs", type=Path, help=".npz of named inputs for verification")
     comp.add_argument("--no-verify", action="store_true", help="skip checking artifacts against onnxruntime")
     comp.add_argument("--seed", type=int, default=0, help="seed of random verification inputs")
+    _add_pipeline_flags(comp)
+
+    lst = sub.add_parser("passes", help="list the registered passes and named pipelines")
+    lst.add_argument("--verbose-docs", action="store_true", help="print each pass's full docstring")
+
+    opt = sub.add_parser("opt", help="run passes on a model and write the optimized ONNX model")
+    opt.add_argument("model", type=Path)
+    opt.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.onnx")
+    opt.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3xHxW")
+    _add_pipeline_flags(opt)
 
     run = sub.add_parser("run", help="run an artifact on inputs and save its outputs")
     run.add_argument("artifact", type=Path)
@@ -53,10 +63,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--passes", help='pipeline string, e.g. "fold-constants,fuse-conv-bias-act{residual=1}"')
+    p.add_argument("--pipeline", default="default", help="named pipeline (see `kiln passes`)")
+    p.add_argument("--dump-ir", type=Path, metavar="DIR", help="write the IR after every pass into DIR")
+    p.add_argument("--timing", action="store_true", help="print per-pass wall time")
+
+
+def _cmd_passes(args: argparse.Namespace) -> int:
+    from compiler.pass_infra import all_passes
+    from compiler.pipelines import PIPELINES, describe_pipeline
+
+    print("passes:")
+    for name, cls in all_passes().items():
+        print(f"  {name:<24} {cls.doc()}")
+    print("pipelines:")
+    for name in PIPELINES:
+        print(f"  {name:<24} {describe_pipeline(name)}")
+    return 0
+
+
+def _cmd_opt(args: argparse.Namespace) -> int:
+    from frontends.registry import load_model
+
+    from compiler.api import save_model
+    from compiler.input_spec import parse_input_shapes
+    from compiler.ir.verifier import verify
+    from compiler.pipelines import run_passes
+
+    if args.output.suffix.lower() != ".onnx":
+        raise OptionError(f"-o {args.output}: kiln opt writes an .onnx file")
+    graph = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
+    verify(graph)
+    timing = run_passes(graph, args.passes, args.pipeline, args.dump_ir)
+    save_model(graph, args.output)
+    if args.timing:
+        print(timing.report())
+    print(f"wrote {args.output}")
+    return 0
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    from frontends.registry import load_model
+
     from compiler.input_spec import parse_input_shapes
     from compiler.inspect import summarize
-    from frontends.registry import load_model
 
     graph = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
     print(summarize(graph, args.model.name))
@@ -80,7 +131,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         raise ModelFileError(f"{args.model}: model file not found")
     options = CompileOptions(
         model=args.model, out_dir=args.output, emit=emit, input_shapes=parse_input_shapes(args.input_shape),
-        inputs=args.inputs, verify=not args.no_verify, seed=args.seed,
+        inputs=args.inputs, verify=not args.no_verify, seed=args.seed, passes=args.passes,
+        pipeline=args.pipeline, dump_ir=args.dump_ir, timing=args.timing,
     )
     try:
         result = compile_model(options)
@@ -89,6 +141,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         if res is not None and res.checks:
             print(format_table(res.checks))
         raise
+    if args.timing:
+        print(result.timing_report)
     if result.checks:
         print(format_table(result.checks))
     print(f"wrote {', '.join(a['path'] for a in result.manifest['artifacts'])} and manifest.json to {args.output}")
@@ -112,7 +166,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"inspect": _cmd_inspect, "compile": _cmd_compile, "run": _cmd_run}
+_COMMANDS = {
+    "inspect": _cmd_inspect, "compile": _cmd_compile, "run": _cmd_run, "passes": _cmd_passes, "opt": _cmd_opt,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

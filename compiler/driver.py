@@ -45,7 +45,7 @@ class CompileResult:
     out_dir: Path
     manifest: dict[str, Any]
     checks: list[ArtifactCheck] = field(default_factory=list)
-    timings: list[tuple[str, float]] = field(default_factory=list)
+    timing_report: str = ""
 
 
 def sha256_file(path: Path) -> str:
@@ -76,14 +76,15 @@ def reference_outputs(model: Path, fmt: str, feeds: dict[str, np.ndarray]) -> tu
 
 def compile_model(options: CompileOptions) -> CompileResult:
     """Compile one model; raises KilnError subclasses on bad input or failed verification."""
-    from compiler.pipelines import optimize
     from frontends.registry import detect_format, load_model
+
+    from compiler.pipelines import optimize
 
     fmt = detect_format(options.model)
     graph = load_model(options.model, input_shapes=options.input_shapes)
     verify(graph)
     feeds = _feeds(graph, options)
-    timings = optimize(graph, options)
+    timing = optimize(graph, options)
 
     with atomic_output_dir(options.out_dir) as tmp:
         artifacts: list[Artifact] = []
@@ -117,7 +118,7 @@ def compile_model(options: CompileOptions) -> CompileResult:
             "verification": verification,
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    result = CompileResult(options.out_dir, manifest, checks, timings)
+    result = CompileResult(options.out_dir, manifest, checks, timing.report())
     failed = [(c.path, name) for c in checks for name in c.failures()]
     if failed:
         what = ", ".join(f"output {n!r} of {p}" for p, n in failed)

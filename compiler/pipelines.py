@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from compiler.instruments import DumpIR, Instrument, PassTiming
 from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
@@ -34,12 +36,30 @@ def pipeline(name: str) -> list[PipelineItem]:
     return list(PIPELINES[name])
 
 
-def optimize(graph: Graph, options: CompileOptions) -> list[tuple[str, float]]:
-    """Run ``options.passes`` (a pipeline string) or the named pipeline; returns per-pass timings."""
-    items: list[PipelineItem] = [options.passes] if options.passes else pipeline(options.pipeline)
+def describe_pipeline(name: str) -> str:
+    """A pipeline as one line of text."""
+
+    def item(i: PipelineItem) -> str:
+        if isinstance(i, FixedPoint):
+            return f"{i.name}(" + ",".join(item(p) for p in i.passes) + ")"
+        return i if isinstance(i, str) else i.spec()
+
+    return ", ".join(item(i) for i in pipeline(name)) or "(no passes)"
+
+
+def run_passes(
+    graph: Graph, passes: str | None, pipeline_name: str, dump_ir: Path | None, options: CompileOptions | None = None
+) -> PassTiming:
+    """Run a pipeline string (or else the named pipeline) with timing and optional IR dumps."""
+    items: list[PipelineItem] = [passes] if passes else pipeline(pipeline_name)
     timing = PassTiming()
     instruments: list[Instrument] = [timing]
-    if options.dump_ir is not None:
-        instruments.append(DumpIR(options.dump_ir))
+    if dump_ir is not None:
+        instruments.append(DumpIR(dump_ir))
     PassManager(items, PassContext(verify_each=True, options=options), instruments).run(graph)
-    return timing.timings
+    return timing
+
+
+def optimize(graph: Graph, options: CompileOptions) -> PassTiming:
+    """The driver's optimize step: the options' pipeline with its instruments."""
+    return run_passes(graph, options.passes, options.pipeline, options.dump_ir, options)

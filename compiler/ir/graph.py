@@ -377,11 +377,14 @@ class Graph:
 
         A graph output keeps its public name; ``new`` also takes that name as its
         value name when it is an internal value (not a graph input or output).
+        The producer of ``new`` keeps reading ``old`` (so ``y = f(x)`` can be put
+        after ``x`` with ``replace_all_uses(x, y)``).
         """
         if old == new:
             return
         for user, port in self.users(old):
-            self.set_input(user, port, new)
+            if user.id != new.node:
+                self.set_input(user, port, new)
         if not self.is_output(old):
             return
         key_old, key_new = (old.node, old.port), (new.node, new.port)
