@@ -44,6 +44,7 @@ def save_model(graph: Graph, path: str | os.PathLike[str]) -> None:
 
         raise OptionError(f"{p}: save_model writes .onnx files (use `kiln compile --emit` for other formats)")
     from backends.onnx.exporter import save_onnx
+
     from compiler.output_dir import atomic_output_file
 
     with atomic_output_file(p) as tmp:

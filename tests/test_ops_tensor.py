@@ -13,9 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler.ir.graph import Graph
+from compiler.ir.interpreter import run_graph
 from compiler.ir.types import DType, TensorType
+from compiler.ir.verifier import verify
 from compiler.ops import get_op
 from compiler.ops.registry import Layout, QuantPolicy, ShapeError
 from compiler.ops.shapes import UNKNOWN, slice_bounds
@@ -84,14 +88,17 @@ CASES = [
     Case("Shape", [x234], {"start": 1, "end": -1}),
     Case("Shape", [x234], {"start": -10}),
     Case("Shape", [x234], {"end": 10}),
+    Case("Shape", [x234], {"start": 2, "end": 1}),
     Case("Size", [x234]),
     # ----- tensor_data
     Case("Concat", [f32((2, 1)), f32((2, 3), 1), f32((2, 2), 2)], {"axis": 1}),
     Case("Concat", [ints((2, 3)), ints((1, 3), 1)], {"axis": -2}),
+    Case("Concat", [f32((2, 0)), f32((2, 2))], {"axis": 1}),
     Case("Split", [f32((2, 6)), i64(1, 2, 3)], {"axis": 1}, n_out=3),
     Case("Split", [f32((7, 2))], {"num_outputs": 3}, n_out=3),
     Case("Split", [f32((2, 6))], {"axis": -1, "num_outputs": 2}, n_out=2),
     Case("Split", [f32((2, 6)), i64(0, 6)], {"axis": 1}, n_out=2),
+    Case("Split", [f32((4,))], {"num_outputs": 3}, n_out=3),
     Case("Slice", [x234, i64(1), i64(I64_MAX), i64(1)]),
     Case("Slice", [x234, i64(-1), i64(I64_MIN), i64(2), i64(-1)]),
     Case("Slice", [x234, i64(4, 10), i64(0, -100), i64(2, 0), i64(-2, -1)]),
@@ -100,6 +107,7 @@ CASES = [
     Case("Slice", [f32((9, 2)), i64(0), i64(100), None, i64(3)]),
     Case("Slice", [x234, i64(1, -3), i64(2, 3)]),
     Case("Slice", [x234, i64(3), i64(1), i64(-1)]),
+    Case("Slice", [x234, i64(2, 3), i64(I64_MAX, 2**31 - 1), i64(1, 2), i64(-1, -2)]),
     Case("Slice", [x234, i64(-2, 0), i64(-1, I64_MAX), i64(-1, 0), i64(1, 1)]),
     Case("Gather", [x234, i64(-1, 0, 1)]),
     Case("Gather", [x234, np.array([[0, -1], [2, 1]], np.int32)], {"axis": 1}),
@@ -113,6 +121,11 @@ CASES = [
     Case("Pad", [f32((3, 4)), i64(2, 1, 1, 5)], {"mode": "wrap"}),
     Case("Pad", [x234, i64(1, 2, 0, 1), None, i64(-1, 0)]),
     Case("Pad", [f32((4, 5)), i64(-1, 2, 1, -2)]),
+    Case("Pad", [f32((3, 4)), i64(0, -1, 0, 2)], {"mode": "reflect"}),
+    Case("Pad", [f32((3, 4)), i64(0, 2, 0, -1)], {"mode": "edge"}),
+    Case("Pad", [f32((5,)), i64(-1, 2)], {"mode": "wrap"}),  # crop first, then wrap what is left
+    Case("Pad", [f32((5,)), i64(-3, 1)], {"mode": "constant"}),
+    Case("Pad", [f32((4, 2)), i64(1, -3, 3, 3)], {"mode": "constant"}),  # the crop reaches into the padding
     Case("Pad", [ints((2, 3)), i64(0, 1, 1, 0), i64(7)]),
     Case("Tile", [x234, i64(2, 1, 3)]),
     Case("Tile", [ints((2, 2)), i64(1, 0)]),
@@ -126,6 +139,7 @@ CASES = [
     Case("Range", [np.int64(5), np.int64(1), np.int64(1)], consts=(0, 1, 2)),
     Case("Range", [np.float32(1.0), np.float32(2.0), np.float32(0.3)], consts=(0, 1, 2), tol=(1e-6, 1e-6)),
     Case("Range", [np.float32(-1.5), np.float32(-4.0), np.float32(-0.5)], consts=(0, 1, 2), tol=(1e-6, 1e-6)),
+    Case("Range", [np.float64(0.0), np.float64(1.0), np.float64(0.1)], consts=(0, 1, 2)),
     Case("Cast", [np.array([-2.7, -0.5, 0.5, 2.7, 100.9], np.float32)], {"to": int(DType.INT32)}),
     Case("Cast", [np.array([-2.7, -0.5, 0.5, 2.7, 100.9], np.float32)], {"to": int(DType.INT64)}),
     Case("Cast", [np.array([0.0, -0.0, 0.1, -3.0, np.inf], np.float32)], {"to": int(DType.BOOL)}),
@@ -134,6 +148,8 @@ CASES = [
     Case("Cast", [np.array([True, False])], {"to": int(DType.FLOAT32)}),
     Case("Cast", [f32((3,)).astype(np.float64)], {"to": int(DType.FLOAT32)}),
     Case("Cast", [np.array([-1, 0, 7], np.int32)], {"to": int(DType.BOOL)}),
+    Case("Cast", [np.array([300, -1, 255], np.int64)], {"to": int(DType.UINT8)}),
+    Case("Cast", [np.array([1.5, -1e5, 2.0 ** -20, 1 / 3], np.float64)], {"to": int(DType.FLOAT16)}),
     Case("CastLike", [np.array([-2.7, 0.5, 3.9], np.float32), np.zeros(1, np.int64)]),
     Case("Dropout", [x234]),
     Case("Dropout", [x234, np.float32(0.3), np.array(False)], n_out=2),
@@ -142,6 +158,7 @@ CASES = [
     Case("TopK", [f32((4, 3)), i64(4)], {"axis": 0}, n_out=2),
     Case("NonZero", [np.array([[0, 1.5, 0], [2.0, 0, -1.0]], np.float32)], consts=(0,)),
     Case("NonZero", [np.array([[True, False], [False, True]])], consts=(0,)),
+    Case("NonZero", [np.array(3, np.int32)], consts=(0,)),
     # ----- logic
     *[Case(op, [ints((2, 3)), ints((3,), 1)], consts=()) for op in
       ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")],
@@ -152,6 +169,9 @@ CASES = [
     *[Case(op, [f32((2, 3)), f32((3,), 1), f32((2, 1), 2)], consts=(), tol=(1e-6, 1e-6))
       for op in ("Min", "Max", "Sum", "Mean")],
     Case("Max", [ints((2, 3)), ints((1,), 1)], consts=()),
+    Case("Mean", [np.array([1, 2], np.float16), np.array([3.3, 0.1], np.float16)], consts=()),
+    Case("Mean", [np.array(v, np.float16) for v in ([1, 2], [3.3], [0.1])], consts=()),
+    Case("Equal", [bools((3,)), bools((3,), 1)], consts=()),
 ]
 
 
@@ -211,6 +231,8 @@ def test_symbolic_dims_flow_through_shape_ops() -> None:
     assert out("Slice", [x, c(i64(1)), c(i64(I64_MAX))]).output_types[0].shape == (UNKNOWN, 3, 4, 4)
     rev = out("Slice", [x, c(i64(-1)), c(i64(I64_MIN)), c(i64(0)), c(i64(-1))])
     assert rev.output_types[0].shape == ("N", 3, 4, 4)
+    rev_max = out("Slice", [x, c(i64(-1)), c(i64(I64_MAX)), c(i64(0)), c(i64(-1))])
+    assert rev_max.output_types[0].shape == ("N", 3, 4, 4)
     parts = out("Split", [x, c(i64(1, 2))], {"axis": 1}, n=2)
     assert [t.shape for t in parts.output_types] == [("N", 1, 4, 4), ("N", 2, 4, 4)]
     halves = out("Split", [x], {"axis": 0, "num_outputs": 2}, n=2)
@@ -302,6 +324,9 @@ BAD = [
     ("Pad", [x234, i64(1, 1)], {}),
     ("Pad", [x234, i64(0, 0, 0, 0, -4, 0)], {}),
     ("Pad", [x234, i64(0, 0, 0, 0, 0, 0)], {"mode": "mirror"}),
+    ("Pad", [f32((3, 4)), i64(0, 4, 0, 0)], {"mode": "reflect"}),
+    ("Pad", [f32((5,)), i64(-3, 3)], {"mode": "reflect"}),
+    ("Pad", [f32((2, 4)), i64(3, 3, -3, 3)], {"mode": "edge"}),
     ("Tile", [x234, i64(2, 2)], {}),
     ("Where", [f32((2,)), f32((2,)), f32((2,))], {}),
     ("Where", [bools((2,)), f32((2,)), ints((2,))], {}),
@@ -318,6 +343,7 @@ BAD = [
     ("And", [ints((2,)), ints((2,))], {}),
     ("Not", [f32((2,))], {}),
     ("Mean", [ints((2,))], {}),
+    ("Sum", [ints((2,)), ints((2,))], {}),
     ("Max", [f32((2, 3)), f32((2, 3)), f32((4,))], {}),
 ]
 
@@ -329,11 +355,15 @@ def test_invalid_shapes_fail_inference(op: str, inputs: list[np.ndarray], attrs:
         kiln_node(op, inputs, attrs, None, consts)
 
 
-def test_split_output_count_must_match() -> None:
+def test_split_needs_one_way_to_size_its_outputs() -> None:
     with pytest.raises(ShapeError, match="num_outputs"):
         kiln_node("Split", [f32((6,))], {"num_outputs": 3}, 2)
-    with pytest.raises(ShapeError, match="evenly"):
-        kiln_node("Split", [f32((7,))], {}, 2)
+    with pytest.raises(ShapeError, match="exactly one"):
+        kiln_node("Split", [f32((6,))], {}, 2)
+    with pytest.raises(ShapeError, match="exactly one"):
+        kiln_node("Split", [f32((6,)), i64(3, 3)], {"num_outputs": 2}, 2, consts=(1,))
+    with pytest.raises(ShapeError, match="parts"):
+        kiln_node("Split", [f32((5,))], {"num_outputs": 4}, 4)
 
 
 # ----------------------------------------------------------------- odds and ends
@@ -343,6 +373,10 @@ def test_slice_bounds_follow_onnx_clamping() -> None:
     assert slice_bounds(5, 0, I64_MAX, 2) == (0, 5, 3)
     assert slice_bounds(0, 0, 10, 1) == (0, 0, 0)
     assert slice_bounds(0, -1, I64_MIN, -1)[2] == 0
+    # ONNX Runtime reads an end of exactly INT32/INT64 max as "to the end", also for negative steps.
+    assert slice_bounds(5, 3, I64_MAX, -1) == (3, -1, 4)
+    assert slice_bounds(5, 3, 2**31 - 1, -2) == (3, -1, 2)
+    assert slice_bounds(5, 3, 10, -1) == (3, 4, 0)
 
 
 def test_cast_to_bfloat16_rounds_to_nearest_even() -> None:
@@ -372,3 +406,47 @@ def test_policies() -> None:
     for name in ("Equal", "Not", "And", "Where", "Cast", "Dropout", "Min", "Mean"):
         assert get_op(name).layout is Layout.AGNOSTIC, name
     assert all(get_op(n).deterministic for n in ("Dropout", "NonZero", "TopK", "Range"))
+
+
+# ----------------------------------------------------------------- properties and graphs
+_BOUND = st.one_of(st.integers(-8, 8), st.sampled_from([I64_MAX, I64_MIN, 2**31 - 1, -(2**31)]))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    dim=st.integers(0, 6), start=_BOUND, end=_BOUND,
+    step=st.sampled_from([1, 2, 3, -1, -2, -5, I64_MAX, I64_MIN]),
+)
+def test_slice_matches_onnxruntime_on_random_bounds(dim: int, start: int, end: int, step: int) -> None:
+    inputs: list[np.ndarray | None] = [np.arange(dim * 2, dtype=np.float32).reshape(dim, 2),
+                                       i64(start), i64(end), i64(0), i64(step)]
+    (expected,) = run_ort("Slice", inputs)
+    op = get_op("Slice")
+    (got,) = op.reference(inputs, op.make_attrs({}), 1)
+    np.testing.assert_array_equal(got, expected)
+    assert got.shape == expected.shape
+    node = kiln_node("Slice", inputs, {}, 1, consts=(1, 2, 3, 4))
+    assert node.output_types[0] == TensorType.of(expected)
+
+
+def test_dynamic_reshape_pattern_runs_in_the_interpreter() -> None:
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as exporters write flatten(x, 1)."""
+    g, x = _sym_graph()
+    c = g.add_constant
+    shape = g.value(g.add_node("Shape", [x]))
+    batch = g.value(g.add_node("Gather", [shape, c(i64(0))]))
+    target = g.value(g.add_node("Concat", [batch, c(i64(-1))], {"axis": 0}))
+    flat = g.add_node("Reshape", [x, target])
+    assert flat.output_types[0].shape == (UNKNOWN, UNKNOWN)
+    top = g.add_node("TopK", [g.value(flat), c(i64(5))], {"axis": 1}, num_outputs=2)
+    mask = g.add_node("Greater", [g.value(top, 0), c(np.zeros((1, 1), np.float32))])
+    vals = g.add_node("Where", [g.value(mask), g.value(top, 0), c(np.zeros((1, 1), np.float32))])
+    g.set_outputs([g.value(vals), g.value(top, 1)])
+    verify(g)
+    feed = f32((3, 3, 4, 4), 7)
+    out = run_graph(g, {"x": feed})
+    flat_np = feed.reshape(3, -1)
+    idx = np.argsort(-flat_np, axis=1, kind="stable")[:, :5]
+    np.testing.assert_array_equal(out[g.value(top, 1).name], idx)
+    expected = np.maximum(np.take_along_axis(flat_np, idx, axis=1), 0)
+    assert_close(out[g.value(vals).name], expected, rtol=0, atol=0)

@@ -58,7 +58,7 @@ def test_golden_ir_with_residual() -> None:
     g = assert_pass_matches_ort(m, ["fuse-conv-bias-act{residual=true}"], X)
     assert print_graph(g, constants=False) == (
         "graph g(\n  %x: f32[1,3,8,8],\n) {\n"
-        "  %y = kiln::FusedConv(%x, %w, %b, %x) {pads=[1,1,1,1], activation='relu'} : f32[1,3,8,8]  # c\n"
+        "  %y = kiln::FusedConv(%x, %w, %b, %x) {pads=[1,1,1,1], activation='relu'} : f32[1,3,8,8]\n"
         "  return %y\n}\n"
     )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -16,12 +18,9 @@ def test_readme_custom_pass_example(tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert blocks, "README has no python example"
     code = blocks[0].replace("../shared/", str(SHARED) + "/")
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
-    finally:
-        os.chdir(cwd)
+    (tmp_path / "example.py").write_text(code)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, check=True)
     model = onnx.load(tmp_path / "yunet_hard.onnx")
     ops = [n.op_type for n in model.graph.node]
     assert "HardSigmoid" in ops and "Sigmoid" not in ops

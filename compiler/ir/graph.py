@@ -100,7 +100,7 @@ Listener = Callable[[str, "Node"], None]
 
 
 def _freeze(array: np.ndarray) -> np.ndarray:
-    arr = np.ascontiguousarray(array)
+    arr = np.ascontiguousarray(array).reshape(np.shape(array))  # ascontiguousarray makes 0-d arrays 1-d
     if arr.flags.writeable or arr.base is not None:
         arr = arr.copy()
     arr.setflags(write=False)

@@ -4,17 +4,21 @@ Importing this package registers every op; ask :func:`get_op` for an OpDef.
 """
 
 from compiler.ops import (  # noqa: F401  (registration side effects)
+    cast,
     conv,
     core,
     elementwise,
+    fused,
     linalg,
     logic,
     normalization,
     pooling,
     quantize,
+    random,
     reduce,
     resize,
     tensor_data,
+    tensor_index,
     tensor_shape,
 )
 from compiler.ops.registry import OpDef, all_ops, get_op, has_op, register

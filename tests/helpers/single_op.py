@@ -16,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from compiler.ir.graph import Graph, Node
+from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.types import TensorType
 
 __all__ = ["run_ort", "kiln_node", "onnx_attrs"]
@@ -70,7 +70,7 @@ def kiln_node(
 ) -> Node:
     """A Kiln node for ``op``; arrays at ``consts`` become constants, TensorTypes become typed inputs."""
     g = Graph("single_op")
-    values = []
+    values: list[Value | None] = []
     for i, x in enumerate(inputs):
         if x is None:
             values.append(None)

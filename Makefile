@@ -1,0 +1,47 @@
+# Kiln developer tasks. Every path is relative to the repository root; run make from there.
+#
+#   make venv    create .venv and install Kiln with its test extras (re-runs when pyproject.toml changes)
+#   make demo    train the bundled digits CNN, compile it with kiln, compare accuracies
+#   make test    run the test suite
+#   make lint    ruff + mypy
+#   make clean   remove demo output and caches (make distclean also removes .venv)
+
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+# The install stamp is named after pyproject.toml's content, so editing dependencies re-installs.
+DEPS_HASH := $(shell (sha256sum pyproject.toml 2>/dev/null || shasum -a 256 pyproject.toml) | cut -c1-12)
+STAMP := $(VENV)/.stamp-$(DEPS_HASH)
+DEMO := demo-out
+
+.PHONY: venv demo test lint clean distclean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -e '.[test]'
+	rm -f $(VENV)/.stamp-*
+	touch $@
+
+demo: venv
+	$(PY) -m examples.digits.train $(DEMO)/example
+	$(BIN)/kiln compile $(DEMO)/example/digits_cnn.onnx -o $(DEMO)/compiled \
+		--inputs $(DEMO)/example/digits_inputs.npz
+	$(PY) -m examples.digits.accuracy --holdout $(DEMO)/example/digits_holdout.npz \
+		$(DEMO)/example/digits_cnn.onnx $(DEMO)/compiled/model.onnx
+
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(DEMO) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

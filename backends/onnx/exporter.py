@@ -1,0 +1,239 @@
+"""Export a Kiln Graph to an ONNX ModelProto (IR 10, default-domain opset 21).
+
+* Constants become initializers named by their value names; graph inputs and
+  outputs carry their types (symbolic dims as ``dim_param``) in value_info.
+* Attributes: only non-default values (``OpDef.non_default_attrs``), typed by
+  the attrs dataclass's field hints (ints, floats, strings, tuples, tensors).
+* Absent optional inputs are ``""``; trailing ones are dropped.
+* Kiln-domain ops are rewritten into standard ops with ``OpDef.expand`` on a
+  clone; one without an expansion is an error.
+* A graph output that is a graph input, a constant, or an earlier output gets
+  an Identity so every ONNX output is produced by its own node.
+
+Export is deterministic: nodes go in the graph's lexicographic topological order
+and the model is serialized with ``deterministic=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import os
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from compiler.errors import ConversionError
+from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node
+from compiler.ir.types import DType, TensorType
+from compiler.ops.registry import get_op
+
+__all__ = ["export_onnx", "save_onnx", "model_bytes", "EXPORT_IR_VERSION", "EXPORT_OPSET"]
+
+logger = logging.getLogger(__name__)
+
+EXPORT_IR_VERSION = 10
+EXPORT_OPSET = 21
+_EXPAND_ROUNDS = 8
+
+
+def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
+    shape = None if t.shape is None else [d if isinstance(d, int) else str(d) for d in t.shape]
+    return helper.make_tensor_value_info(name, int(t.dtype), shape)
+
+
+def _tensor(array: np.ndarray, dtype: DType, name: str) -> onnx.TensorProto:
+    if dtype is DType.BFLOAT16:
+        arr = np.asarray(array, dtype=np.uint16, order="C")
+        return helper.make_tensor(name, onnx.TensorProto.BFLOAT16, arr.shape, arr.tobytes(), raw=True)
+    if dtype is DType.STRING:
+        return helper.make_tensor(
+            name, onnx.TensorProto.STRING, array.shape, [str(s).encode() for s in array.reshape(-1)]
+        )
+    return numpy_helper.from_array(np.asarray(array, dtype=dtype.numpy, order="C"), name)
+
+
+def _hint_kind(hint: Any) -> str:
+    """'int', 'float', 'str', 'ints', 'floats', 'strs', 'tensor' or '' (infer from the value)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _hint_kind(inner[0]) if len(inner) == 1 else ""
+    if origin is tuple:
+        elem = _hint_kind(args[0]) if args else ""
+        return elem + "s" if elem in ("int", "float", "str") else ""
+    if hint is np.ndarray:
+        return "tensor"
+    if isinstance(hint, type) and issubclass(hint, bool | int):
+        return "int"
+    if hint is float:
+        return "float"
+    if hint is str:
+        return "str"
+    return ""
+
+
+def _attribute(name: str, value: Any, kind: str, where: str) -> onnx.AttributeProto:
+    A = onnx.AttributeProto
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, np.ndarray) or kind == "tensor":
+        arr = np.asarray(value)
+        return helper.make_attribute(name, _tensor(arr, DType.from_numpy(arr.dtype), ""))
+    if isinstance(value, tuple | list):
+        items = [v.value if isinstance(v, enum.Enum) else v for v in value]
+        if not kind:
+            kind = "floats" if any(isinstance(v, float) for v in items) else (
+                "strs" if any(isinstance(v, str) for v in items) else "ints")
+        if kind == "ints":
+            return helper.make_attribute(name, [int(v) for v in items], attr_type=A.INTS)
+        if kind == "floats":
+            return helper.make_attribute(name, [float(v) for v in items], attr_type=A.FLOATS)
+        if kind == "strs":
+            return helper.make_attribute(name, [str(v).encode() for v in items], attr_type=A.STRINGS)
+        raise ConversionError(f"{where}: attribute {name} has an unsupported list type")
+    if kind == "float" or (not kind and isinstance(value, float)):
+        return helper.make_attribute(name, float(value), attr_type=A.FLOAT)
+    if kind == "int" or (not kind and isinstance(value, int | np.integer)):
+        return helper.make_attribute(name, int(value), attr_type=A.INT)
+    if kind == "str" or isinstance(value, str | bytes):
+        return helper.make_attribute(name, value if isinstance(value, bytes) else str(value).encode(), attr_type=A.STRING)
+    raise ConversionError(f"{where}: attribute {name}={value!r} has no ONNX attribute type")
+
+
+def _attributes(node: Node) -> list[onnx.AttributeProto]:
+    opdef = get_op(node.op, node.domain)
+    values = opdef.non_default_attrs(node.attrs)
+    if not values:
+        return []
+    hints = typing.get_type_hints(type(node.attrs)) if dataclasses.is_dataclass(node.attrs) else {}
+    out = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        out.append(_attribute(name, value, _hint_kind(hints.get(name)), node.describe()))
+    return out
+
+
+def _expand_custom(graph: Graph) -> Graph:
+    """A clone of ``graph`` in which every non-standard-domain op is expanded into standard ops."""
+    if not any(n.domain for n in graph.nodes()):
+        return graph
+    g = graph.clone()
+    for _ in range(_EXPAND_ROUNDS):
+        custom = [n for n in g.nodes() if n.domain]
+        if not custom:
+            return g
+        for node in custom:
+            opdef = get_op(node.op, node.domain)
+            if opdef.expand is None:
+                raise ConversionError(
+                    f"{node.describe()}: op {node.qualified_op} has no expansion into standard ONNX ops"
+                )
+            new = opdef.expand(g, node)
+            old = g.outputs_of(node)
+            if g.has_node(node.id):
+                for o, n in zip(old, new, strict=False):
+                    g.replace_all_uses(o, n)
+                if not g.has_users(node):
+                    g.remove(node)
+    raise ConversionError(f"graph {graph.name!r}: Kiln-domain ops still present after {_EXPAND_ROUNDS} expansions")
+
+
+def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
+    """Export ``graph`` as an ONNX model that passes ``onnx.checker`` (full check) and runs in onnxruntime.
+
+    Args:
+        graph: the graph to export (not modified).
+        opset: the default-domain opset to declare (21 or newer; Kiln ops have opset-21 semantics).
+
+    Raises:
+        ConversionError: a Kiln-domain op has no expansion, or an attribute has no ONNX type.
+    """
+    if opset < EXPORT_OPSET:
+        raise ValueError(f"export to opset {opset} is not supported (Kiln emits the opset {EXPORT_OPSET} forms)")
+    g = _expand_custom(graph)
+    inputs = [_value_info(v.name, v.type) for v in g.inputs]
+    initializers: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+    domains: set[str] = set()
+    for node in g.nodes():
+        if node.op == INPUT_OP and not node.domain:
+            continue
+        if node.op == CONSTANT_OP and not node.domain:
+            initializers.append(_tensor(node.attrs.value, node.output_types[0].dtype, node.output_names[0]))
+            continue
+        names = [v.name if v is not None else "" for v in g.inputs_of(node)]
+        while names and not names[-1]:
+            names.pop()
+        if node.domain:
+            domains.add(node.domain)
+        nodes.append(
+            helper.make_node(
+                node.op, names, list(node.output_names), name=node.name or None, domain=node.domain or None
+            )
+        )
+        nodes[-1].attribute.extend(_attributes(node))
+    outputs = _outputs(g, nodes)
+    model_graph = helper.make_graph(nodes, g.name or "main", inputs, outputs, initializer=initializers)
+    opsets = [helper.make_operatorsetid("", opset)] + [helper.make_operatorsetid(d, 1) for d in sorted(domains)]
+    model = helper.make_model(model_graph, opset_imports=opsets, ir_version=EXPORT_IR_VERSION, producer_name="kiln")
+    for key in sorted(graph.metadata):
+        prop = model.metadata_props.add()
+        prop.key, prop.value = f"kiln.{key}", str(graph.metadata[key])
+    return model
+
+
+def _outputs(g: Graph, nodes: list[onnx.NodeProto]) -> list[onnx.ValueInfoProto]:
+    taken = {v.name for v in g.inputs} | {o for n in g.nodes() for o in n.output_names}
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for v in g.outputs:
+        key = (v.node, v.port)
+        producer = g.node(v.node)
+        standalone = producer.op in (INPUT_OP, CONSTANT_OP) and not producer.domain
+        if key in seen or standalone:
+            name = _fresh(f"{v.name}_out", taken)
+            nodes.append(helper.make_node("Identity", [v.name], [name], name=name))
+        else:
+            name = v.name
+        seen.add(key)
+        out.append(_value_info(name, v.type))
+    return out
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, i = base, 1
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def model_bytes(model: onnx.ModelProto) -> bytes:
+    """The model serialized deterministically."""
+    return model.SerializeToString(deterministic=True)
+
+
+def save_onnx(graph: Graph, path: str | os.PathLike[str], *, opset: int = EXPORT_OPSET) -> Path:
+    """Export ``graph`` and write it to ``path`` atomically (temporary file, then rename)."""
+    p = Path(path)
+    data = model_bytes(export_onnx(graph, opset=opset))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    logger.info("wrote %s (%d bytes)", p, len(data))
+    return p

@@ -1,0 +1,15 @@
+"""ONNX converters, one module per op family; importing this package registers them all."""
+
+from frontends.onnx.converters import (  # noqa: F401  (registration side effects)
+    conv,
+    elementwise,
+    linalg,
+    logic,
+    normalization,
+    pooling,
+    quantize,
+    reduce,
+    resize,
+    tensor_data,
+    tensor_shape,
+)
