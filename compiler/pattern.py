@@ -109,6 +109,12 @@ class Rule:
         raise NotImplementedError
 
 
+class OpMismatch(str):
+    """A structural failure where a value's producer is simply another op (not worth reporting)."""
+
+    __slots__ = ()
+
+
 def _match(graph: Graph, pat: Op | Any_ | Const, value: Value | None, m: Match, root: bool) -> str | None:
     """Bind ``pat`` to ``value``; return None on success or why it failed."""
     if value is None:
@@ -133,7 +139,7 @@ def _match(graph: Graph, pat: Op | Any_ | Const, value: Value | None, m: Match, 
         return None
     node = value.producer
     if node.op not in pat.op_names() or node.domain != pat.domain:
-        return f"{value.name!r} is produced by {node.qualified_op}, not {'/'.join(pat.op_names())}"
+        return OpMismatch(f"{value.name!r} is produced by {node.qualified_op}, not {'/'.join(pat.op_names())}")
     if not root and not pat.shared:
         if len(graph.users(value)) != 1 or graph.is_output(value):
             return f"{value.name!r} has other users"
@@ -189,7 +195,7 @@ def apply_rules(
                     m = match(graph, rule.pattern, node)
                     reason = m if isinstance(m, str) else rule.check(graph, m)
                     if reason is not None:
-                        if near_misses is not None:
+                        if near_misses is not None and not isinstance(reason, OpMismatch):
                             miss = NearMiss(rule.name, node.name or node.output_names[0], reason)
                             if miss not in near_misses:
                                 near_misses.append(miss)

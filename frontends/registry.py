@@ -85,7 +85,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     )
 
 
-def load_model(path: str | os.PathLike[str], *, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def load_model(
+    path: str | os.PathLike[str], *, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> Graph:
     """Load a model file of any registered format into a Kiln Graph."""
     fe = _FRONTENDS[detect_format(path)]
     module, func = fe.loader.split(":")

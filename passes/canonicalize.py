@@ -3,6 +3,8 @@
 Rules, applied in priority order (larger patterns first, so a hard-swish is never
 split into a hard-sigmoid or a relu6 before it can match):
 
+0. sub-to-add: x - c = x + (-c) (bit-exact: IEEE subtraction is addition of the negation); first,
+   so that x - (-3) is seen as x + 3 by the rules below.
 1. hard-swish: x * Clip(x + 3, 0, 6) / 6 = HardSwish(x), in every association
    x * (g / 6), (x * g) / 6, x * (g * 1/6), (x * g) * 1/6 with g = Clip(x + 3, 0, 6)
    or kiln::Relu6(x + 3); and x * HardSigmoid(x; alpha=1/6, beta=1/2) = HardSwish(x).
@@ -10,7 +12,6 @@ split into a hard-sigmoid or a relu6 before it can match):
 3. relu6: Clip(x, 0, 6) = kiln::Relu6(x); Clip(x, 0, +inf) = Clip(x, 0, _) = Relu(x).
    gemm: MatMul(x, W) + b = Gemm(x, W, b) for 2-D x, constant 2-D W and constant b of shape
    [N] or [1, N].
-   sub-to-add: x - c = x + (-c) (bit-exact: IEEE subtraction is addition of the negation).
    div-to-mul: x / c = x * (1/c) only when every c is a power of two, where 1/c is exact and
    both sides round the same real number; for other c the product can differ by one ulp,
    so those divisions stay.
@@ -30,7 +31,7 @@ from compiler.pass_infra import Pass, PassContext, register_pass
 from compiler.pattern import Any_, Const, Match, Op, Rule, apply_rules, scalar
 from compiler.rewriter import PassResult, Rewriter
 
-__all__ = ["Canonicalize", "HARD_SWISH_RULES", "HARD_SIGMOID_RULES", "SIMPLE_RULES"]
+__all__ = ["Canonicalize", "PHASES", "exact_reciprocal"]
 
 SIXTH_TOL = 1e-6
 
@@ -259,9 +260,13 @@ class DivToMul(Rule):
         rw.replace(rw.graph.value(m.root), rw.op("Mul", [m.value("x"), inv], like=m.root), take_name=True)
 
 
-HARD_SWISH_RULES: list[Rule] = [HardSwish(p) for p in _hard_swish_patterns()]
-HARD_SIGMOID_RULES: list[Rule] = [HardSigmoid(p) for p in _hard_sigmoid_patterns()]
-SIMPLE_RULES: list[Rule] = [ClipToRelu(), MatMulAddToGemm(), SubToAdd(), DivToMul()]
+PHASES: list[list[Rule]] = [
+    [SubToAdd()],
+    [HardSwish(p) for p in _hard_swish_patterns()],
+    [HardSigmoid(p) for p in _hard_sigmoid_patterns()],
+    [ClipToRelu(), MatMulAddToGemm(), DivToMul()],
+]
+"""Rule lists applied one after the other: each phase runs to its own fixed point first."""
 
 
 @register_pass
@@ -273,6 +278,6 @@ class Canonicalize(Pass):
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         result = PassResult()
-        for rules in (HARD_SWISH_RULES, HARD_SIGMOID_RULES, SIMPLE_RULES):
+        for rules in PHASES:
             result.merge(apply_rules(graph, rules, near_misses=ctx.near_misses))
         return result

@@ -97,9 +97,9 @@ def _conv_reason(graph: Graph, m: Match, *, shared_ok: bool = False) -> str | No
 
 def _new_conv(rw: Rewriter, m: Match, w: np.ndarray, b: np.ndarray | None) -> Value:
     """A copy of the bound conv with new weights and bias (cast to the weights' dtype)."""
-    conv, dt = m.node("conv"), m.value("w").type.dtype.numpy
-    ins: list[Value | None] = [m.value("x"), rw.const(w.astype(dt), f"{m.value('w').name}_folded")]
-    ins.append(None if b is None else rw.const(b.astype(dt), f"{conv.output_names[0]}_bias"))
+    conv, dt, base = m.node("conv"), m.value("w").type.dtype.numpy, m.root.output_names[0]
+    ins: list[Value | None] = [m.value("x"), rw.const(w.astype(dt), f"{base}_w")]
+    ins.append(None if b is None else rw.const(b.astype(dt), f"{base}_b"))
     return rw.op(conv.op, ins, conv.attrs, like=conv)
 
 
@@ -160,8 +160,8 @@ class GemmBN(Rule):
         cc = m.values.get("cc")
         if cc is not None and cc.const is not None and gemm.attrs.beta != 0.0:
             c = gemm.attrs.beta * cc.const.astype(np.float64) * k + c
-        w_new = rw.const(w2.astype(dt), f"{m.value('w').name}_folded")
-        ins = [m.value("a"), w_new, rw.const(c.astype(dt), "bias")]
+        base = m.root.output_names[0]
+        ins = [m.value("a"), rw.const(w2.astype(dt), f"{base}_w"), rw.const(c.astype(dt), f"{base}_b")]
         new = rw.op("Gemm", ins, dataclasses.replace(gemm.attrs, beta=1.0), like=gemm)
         rw.replace(rw.graph.value(m.root), new, take_name=True)
 
@@ -189,8 +189,10 @@ class MatMulBN(Rule):
         w = m.value("w").const
         assert kc is not None and w is not None
         k, c = kc
-        w2 = rw.const((w.astype(np.float64) * k[None, :]).astype(w.dtype), f"{m.value('w').name}_folded")
-        new = rw.op("Gemm", [m.value("x"), w2, rw.const(c.astype(w.dtype), "bias")], like=m.node("matmul"))
+        base = m.root.output_names[0]
+        w2 = rw.const((w.astype(np.float64) * k[None, :]).astype(w.dtype), f"{base}_w")
+        b2 = rw.const(c.astype(w.dtype), f"{base}_b")
+        new = rw.op("Gemm", [m.value("x"), w2, b2], like=m.node("matmul"))
         rw.replace(rw.graph.value(m.root), new, take_name=True)
 
 
@@ -212,7 +214,7 @@ class BNToAffine(Rule):
         shape, dt = (-1, *(1,) * (x.type.rank - 2)), x.type.dtype.numpy
         base = m.root.output_names[0]
         k, c = (rw.const(v.reshape(shape).astype(dt), f"{base}_{s}") for v, s in zip(kc, "kc", strict=True))
-        scaled = rw.op("Mul", [x, k], name=f"{m.root.name}_scale" if m.root.name else "")
+        scaled = rw.op("Mul", [x, k], name=f"{base}_scale")
         new = rw.op("Add", [scaled, c], like=m.root)
         rw.replace(rw.graph.value(m.root), new, take_name=True)
 

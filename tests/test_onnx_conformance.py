@@ -20,10 +20,14 @@ def _results() -> tuple[CaseResult, ...]:
     return tuple(run_case(c) for c in selected_cases())
 
 
+def _why(reason: str, r: CaseResult) -> str:
+    return reason + (f" (onnxruntime on the original differs too: {r.ort_differs})" if r.ort_differs else "")
+
+
 def _report(results: tuple[CaseResult, ...]) -> tuple[float, str]:
     included = [r for r in results if r.excluded is None]
-    failures = [(r.name, "interpreter", r.interpreter) for r in included if r.interpreter] + [
-        (r.name, "export+ORT", r.exported) for r in included if r.exported
+    failures = [(r.name, "interpreter", _why(r.interpreter, r)) for r in included if r.interpreter] + [
+        (r.name, "export+ORT", _why(r.exported, r)) for r in included if r.exported
     ]
     total = 2 * len(included)
     rate = 1.0 - len(failures) / total if total else 0.0

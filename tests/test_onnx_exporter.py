@@ -53,7 +53,7 @@ def test_outputs_that_are_inputs_constants_or_repeated_get_identity() -> None:
     g.set_outputs([x, y, y, c])
     model = export_onnx(g)
     names = [o.name for o in model.graph.output]
-    assert names[1] == "y" and len(set(names)) == 4
+    assert names == ["x_out", "y", "y_out", "c"]
     feed = np.ones((2, 3), dtype=np.float32)
     got = _run(model, {"x": feed})
     assert_close(got[0], feed, rtol=0, atol=0)
@@ -89,7 +89,7 @@ def test_kiln_ops_are_expanded() -> None:
 
 def test_kiln_op_without_expansion_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     opdef = registry.OpDef(
-        "NoExpand", registry.same_as_input(), lambda ins, a, n: [ins[0]], domain="kiln_test"
+        "NoExpand", registry.same_as_input(), lambda ins, a, n: [np.asarray(ins[0])], domain="kiln_test"
     )
     monkeypatch.setitem(registry._REGISTRY, ("kiln_test", "NoExpand"), opdef)
     g = Graph("custom")

@@ -39,7 +39,8 @@ def test_round_trip_matches_onnxruntime(name: str) -> None:
         assert_close(g, r, rtol=RTOL, atol=ATOL, what=f"{name}:{o.name} (exported)")
     res = run_graph(graph, feeds)
     for o, r in zip(model.graph.output, ref, strict=True):
-        assert_close(res[o.name], r, rtol=INTERP_RTOL, atol=INTERP_ATOL, what=f"{name}:{o.name} (interpreter)")
+        what = f"{name}:{o.name} (interpreter)"
+        assert_close(res[o.name], r, rtol=INTERP_RTOL, atol=INTERP_ATOL, what=what)
 
 
 def test_names_metadata_and_initializer_inputs() -> None:
@@ -51,7 +52,8 @@ def test_names_metadata_and_initializer_inputs() -> None:
     assert graph.metadata["opset"] == "9" and graph.metadata["ir_version"] == "4"
     resize = graph.find_value("u").producer
     assert resize.op == "Resize"
-    assert resize.attrs.coordinate_transformation_mode == "asymmetric" and resize.attrs.nearest_mode == "floor"
+    assert resize.attrs.coordinate_transformation_mode == "asymmetric"
+    assert resize.attrs.nearest_mode == "floor"
 
 
 def test_softmax11_is_flattened_unless_last_axis() -> None:
@@ -109,6 +111,46 @@ def test_shape_chains_fold_to_constants() -> None:
     assert graph.outputs[0].type.shape == (1, 60)
 
 
+def test_old_training_attributes_are_dropped() -> None:
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], name="bn", spatial=1,
+                         is_test=1, consumed_inputs=[0, 0, 0, 1, 1]),
+        helper.make_node("Dropout", ["n"], ["d"], name="drop", is_test=1, ratio=0.5),
+        helper.make_node("Upsample", ["d"], ["y"], name="up", scales=[1.0, 1.0, 2.0, 2.0]),
+    ]
+    params = [numpy_helper.from_array(np.full(2, v, dtype=np.float32), n)
+              for n, v in (("s", 2.0), ("b", 1.0), ("m", 0.5), ("v", 1.0))]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          initializer=params),
+        opset_imports=[helper.make_opsetid("", 9)],
+    )
+    graph = load_onnx(model)
+    assert [n.op for n in graph.ops()] == ["BatchNormalization", "Dropout", "Resize"]
+    x = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2)
+    n = (x - 0.5) / np.sqrt(1.0 + 1e-5) * 2.0 + 1.0
+    want = n.repeat(2, axis=2).repeat(2, axis=3)
+    assert_close(run_graph(graph, {"x": x})["y"], want, rtol=1e-6, atol=1e-6)
+
+
+def test_folded_outputs_keep_their_names() -> None:
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"), helper.make_node("Relu", ["x"], ["r"])]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 3])]),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    graph = load_onnx(model)
+    assert graph.outputs[0].const is not None and graph.outputs[0].name == "s"
+    exported = export_onnx(graph)
+    assert [o.name for o in exported.graph.output] == ["s", "r"]
+    feeds = {"x": np.ones((2, 3), dtype=np.float32)}
+    got = ort_session(model_bytes(exported)).run(None, feeds)
+    np.testing.assert_array_equal(got[0], np.array([2, 3], dtype=np.int64))
+
+
 def test_constant_node_variants() -> None:
     nodes = [
         helper.make_node("Constant", [], ["a"], value_float=2.0),
@@ -141,6 +183,21 @@ def test_cast_with_string_to() -> None:
     )
     res = run_graph(load_onnx(model), {"x": np.array([1.7, -2.2], dtype=np.float32)})
     np.testing.assert_array_equal(res["y"], np.array([1, -2], dtype=np.int32))
+
+
+def test_external_data_is_loaded_relative_to_the_file(tmp_path: Path) -> None:
+    model = models.conv_bn_relu()
+    feeds = models.random_feeds(model)
+    ref = ort_session(model).run(None, feeds)
+    path = tmp_path / "ext" / "model.onnx"
+    path.parent.mkdir()
+    onnx.save_model(models.conv_bn_relu(), str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    res = run_graph(load_model(path), feeds)
+    assert_close(res["y"], ref[0], rtol=INTERP_RTOL, atol=INTERP_ATOL, what="y")
+    (path.parent / "weights.bin").unlink()
+    with pytest.raises(ModelFileError, match="model.onnx"):
+        load_onnx(path)
 
 
 # ----------------------------------------------------------------------------- errors

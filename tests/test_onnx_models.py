@@ -31,7 +31,7 @@ def _model_path(stem: str) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _feeds(stem: str) -> dict[str, np.ndarray]:
     path = MODELS / "data" / f"{stem}.npz"
     assert path.is_file(), f"{path} is missing"
@@ -39,7 +39,7 @@ def _feeds(stem: str) -> dict[str, np.ndarray]:
         return {k: np.asarray(z[k]) for k in z.files}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference(stem: str) -> tuple[np.ndarray, ...]:
     return tuple(ort_session(onnx.load(str(_model_path(stem)))).run(None, _feeds(stem)))
 
@@ -48,7 +48,9 @@ def _import(stem: str) -> Graph:
     return load_onnx(_model_path(stem), input_shapes=INPUT_SHAPES.get(stem))
 
 
-def _check(got: list[np.ndarray], ref: tuple[np.ndarray, ...], names: list[str], tol: float, what: str) -> None:
+def _check(
+    got: list[np.ndarray], ref: tuple[np.ndarray, ...], names: list[str], tol: float, what: str
+) -> None:
     assert len(got) == len(ref)
     for name, g, r in zip(names, got, ref, strict=True):
         m = agreement(g, r)

@@ -7,8 +7,9 @@
 * Absent optional inputs are ``""``; trailing ones are dropped.
 * Kiln-domain ops are rewritten into standard ops with ``OpDef.expand`` on a
   clone; one without an expansion is an error.
-* A graph output that is a graph input, a constant, or an earlier output gets
-  an Identity so every ONNX output is produced by its own node.
+* Every ONNX output is produced by a node: a constant output keeps its name on
+  an Identity (its initializer becomes ``<name>__const``); a graph input or a
+  repeated output gets an Identity named ``<name>_out``.
 
 Export is deterministic: nodes go in the graph's lexicographic topological order
 and the model is serialized with ``deterministic=True``.
@@ -54,9 +55,8 @@ def _tensor(array: np.ndarray, dtype: DType, name: str) -> onnx.TensorProto:
         arr = np.asarray(array, dtype=np.uint16, order="C")
         return helper.make_tensor(name, onnx.TensorProto.BFLOAT16, arr.shape, arr.tobytes(), raw=True)
     if dtype is DType.STRING:
-        return helper.make_tensor(
-            name, onnx.TensorProto.STRING, array.shape, [str(s).encode() for s in array.reshape(-1)]
-        )
+        vals: list[Any] = [str(s).encode() for s in array.reshape(-1)]
+        return helper.make_tensor(name, onnx.TensorProto.STRING, array.shape, vals)
     return numpy_helper.from_array(np.asarray(array, dtype=dtype.numpy, order="C"), name)
 
 
@@ -104,7 +104,8 @@ def _attribute(name: str, value: Any, kind: str, where: str) -> onnx.AttributePr
     if kind == "int" or (not kind and isinstance(value, int | np.integer)):
         return helper.make_attribute(name, int(value), attr_type=A.INT)
     if kind == "str" or isinstance(value, str | bytes):
-        return helper.make_attribute(name, value if isinstance(value, bytes) else str(value).encode(), attr_type=A.STRING)
+        data = value if isinstance(value, bytes) else str(value).encode()
+        return helper.make_attribute(name, data, attr_type=A.STRING)
     raise ConversionError(f"{where}: attribute {name}={value!r} has no ONNX attribute type")
 
 
@@ -144,7 +145,9 @@ def _expand_custom(graph: Graph) -> Graph:
                     g.replace_all_uses(o, n)
                 if not g.has_users(node):
                     g.remove(node)
-    raise ConversionError(f"graph {graph.name!r}: Kiln-domain ops still present after {_EXPAND_ROUNDS} expansions")
+    raise ConversionError(
+        f"graph {graph.name!r}: Kiln-domain ops still present after {_EXPAND_ROUNDS} rounds of expansion"
+    )
 
 
 def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
@@ -158,8 +161,10 @@ def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
         ConversionError: a Kiln-domain op has no expansion, or an attribute has no ONNX type.
     """
     if opset < EXPORT_OPSET:
-        raise ValueError(f"export to opset {opset} is not supported (Kiln emits the opset {EXPORT_OPSET} forms)")
+        raise ValueError(f"export to opset {opset} is not supported (Kiln emits opset {EXPORT_OPSET} forms)")
     g = _expand_custom(graph)
+    taken = {v.name for v in g.inputs} | {o for n in g.nodes() for o in n.output_names}
+    renamed = _renamed_constants(g, taken)
     inputs = [_value_info(v.name, v.type) for v in g.inputs]
     initializers: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
@@ -168,42 +173,56 @@ def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
         if node.op == INPUT_OP and not node.domain:
             continue
         if node.op == CONSTANT_OP and not node.domain:
-            initializers.append(_tensor(node.attrs.value, node.output_types[0].dtype, node.output_names[0]))
+            name = renamed.get(node.id, node.output_names[0])
+            initializers.append(_tensor(node.attrs.value, node.output_types[0].dtype, name))
             continue
-        names = [v.name if v is not None else "" for v in g.inputs_of(node)]
+        names = ["" if v is None else renamed.get(v.node, v.name) for v in g.inputs_of(node)]
         while names and not names[-1]:
             names.pop()
         if node.domain:
             domains.add(node.domain)
-        nodes.append(
-            helper.make_node(
-                node.op, names, list(node.output_names), name=node.name or None, domain=node.domain or None
-            )
+        proto = helper.make_node(
+            node.op, names, list(node.output_names), name=node.name or None, domain=node.domain or None
         )
-        nodes[-1].attribute.extend(_attributes(node))
-    outputs = _outputs(g, nodes)
+        proto.attribute.extend(_attributes(node))
+        nodes.append(proto)
+    outputs = _outputs(g, nodes, renamed, taken)
     model_graph = helper.make_graph(nodes, g.name or "main", inputs, outputs, initializer=initializers)
-    opsets = [helper.make_operatorsetid("", opset)] + [helper.make_operatorsetid(d, 1) for d in sorted(domains)]
-    model = helper.make_model(model_graph, opset_imports=opsets, ir_version=EXPORT_IR_VERSION, producer_name="kiln")
+    opsets = [helper.make_operatorsetid("", opset)]
+    opsets += [helper.make_operatorsetid(d, 1) for d in sorted(domains)]
+    model = helper.make_model(
+        model_graph, opset_imports=opsets, ir_version=EXPORT_IR_VERSION, producer_name="kiln"
+    )
     for key in sorted(graph.metadata):
         prop = model.metadata_props.add()
         prop.key, prop.value = f"kiln.{key}", str(graph.metadata[key])
     return model
 
 
-def _outputs(g: Graph, nodes: list[onnx.NodeProto]) -> list[onnx.ValueInfoProto]:
-    taken = {v.name for v in g.inputs} | {o for n in g.nodes() for o in n.output_names}
+def _renamed_constants(g: Graph, taken: set[str]) -> dict[int, str]:
+    """Initializer names for constants that are graph outputs (the output name goes to an Identity)."""
+    out: dict[int, str] = {}
+    for v in g.outputs:
+        producer = g.node(v.node)
+        if producer.op == CONSTANT_OP and not producer.domain and v.node not in out:
+            out[v.node] = _fresh(f"{v.name}__const", taken)
+    return out
+
+
+def _outputs(
+    g: Graph, nodes: list[onnx.NodeProto], renamed: dict[int, str], taken: set[str]
+) -> list[onnx.ValueInfoProto]:
+    """Graph outputs; Identity nodes give constants, inputs and repeated values an output of their own."""
     seen: set[tuple[int, int]] = set()
     out = []
     for v in g.outputs:
         key = (v.node, v.port)
-        producer = g.node(v.node)
-        standalone = producer.op in (INPUT_OP, CONSTANT_OP) and not producer.domain
-        if key in seen or standalone:
+        name = v.name
+        if key in seen or v.node in {i.node for i in g.inputs}:
             name = _fresh(f"{v.name}_out", taken)
-            nodes.append(helper.make_node("Identity", [v.name], [name], name=name))
-        else:
-            name = v.name
+            nodes.append(helper.make_node("Identity", [renamed.get(v.node, v.name)], [name], name=name))
+        elif v.node in renamed:
+            nodes.append(helper.make_node("Identity", [renamed[v.node]], [name], name=name))
         seen.add(key)
         out.append(_value_info(name, v.type))
     return out

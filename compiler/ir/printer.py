@@ -27,7 +27,7 @@ def format_attr(value: Any) -> str:
     if isinstance(value, tuple | list):
         return "[" + ",".join(format_attr(v) for v in value) + "]"
     if isinstance(value, float):
-        return repr(float(np.float32(value))) if np.isfinite(value) else str(value)
+        return str(np.float32(value)) if np.isfinite(value) else str(value)
     if isinstance(value, str):
         return repr(value)
     return str(value)

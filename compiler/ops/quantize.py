@@ -44,16 +44,20 @@ class DequantizeLinearAttrs:
     block_size: int = 0
 
 
+def _per_tensor(s: tuple[Dim, ...]) -> bool:
+    return len(s) == 0 or s == (1,)
+
+
 def _check_qparams(
     ctx: InferContext, x: tuple[Dim, ...], axis: int, block_size: int
 ) -> None:
     """Check scale (input 1) and zero point (input 2) shapes against x."""
     s = ctx.shape(1)
-    if ctx.has(2) and ctx.shape(2) != s:
+    if ctx.has(2) and ctx.shape(2) != s and not (_per_tensor(s) and _per_tensor(ctx.shape(2))):
         raise ctx.fail(f"zero point shape {ctx.shape(2)} != scale shape {s}")
     if block_size < 0:
         raise ctx.fail(f"block_size must be >= 0, got {block_size}")
-    if block_size == 0 and (len(s) == 0 or s == (1,)):
+    if block_size == 0 and _per_tensor(s):
         return
     try:
         ax = normalize_axis(axis, len(x), ctx.where)

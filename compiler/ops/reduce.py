@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from compiler.ir.types import Dim, DType, TensorType
 from compiler.ops.registry import InferContext, Layout, OpDef, register
-from compiler.ops.shapes import normalize_axes, normalize_axis
+from compiler.ops.shapes import UNKNOWN, normalize_axes, normalize_axis
 
 __all__ = ["ReduceAttrs", "SoftmaxAttrs", "ArgReduceAttrs", "REDUCE_OPS", "reduce_axes"]
 
@@ -54,11 +55,11 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
-def _lowest(dtype: np.dtype) -> object:
+def _lowest(dtype: np.dtype) -> Any:
     return -np.inf if dtype.kind == "f" else (False if dtype.kind == "b" else np.iinfo(dtype).min)
 
 
-def _highest(dtype: np.dtype) -> object:
+def _highest(dtype: np.dtype) -> Any:
     return np.inf if dtype.kind == "f" else (True if dtype.kind == "b" else np.iinfo(dtype).max)
 
 
@@ -104,6 +105,19 @@ def reduce_axes(axes: np.ndarray | None, rank: int, noop: bool, where: str = "")
     return tuple(sorted(norm))
 
 
+def _unknown_axes_type(ctx: InferContext, t: TensorType, a: ReduceAttrs) -> TensorType:
+    """Axes computed at run time: with keepdims the rank stays (dims other than 1 become
+    unknown); without, the rank drops by the static number of axes, if it is known."""
+    if t.shape is None:
+        return t
+    if a.keepdims:
+        return TensorType(t.dtype, tuple(1 if d == 1 else UNKNOWN for d in t.shape))
+    n_axes = ctx.shape(1)
+    if len(n_axes) == 1 and isinstance(n_axes[0], int) and n_axes[0] > 0:
+        return TensorType(t.dtype, (UNKNOWN,) * (len(t.shape) - n_axes[0]))
+    return TensorType(t.dtype, None)
+
+
 def _infer_reduce(ctx: InferContext) -> list[TensorType]:
     a: ReduceAttrs = ctx.attrs
     t = ctx.type(0)
@@ -113,7 +127,7 @@ def _infer_reduce(ctx: InferContext) -> list[TensorType]:
         if ctx.type(1).dtype != DType.INT64:
             raise ctx.fail(f"axes must be int64, got {ctx.type(1).dtype.short}")
         if ctx.const(1) is None:
-            return [TensorType(t.dtype, None)]
+            return [_unknown_axes_type(ctx, t, a)]
     if t.shape is None:
         return [t]
     try:

@@ -7,7 +7,9 @@ x[floor + 1] with weights (1 - f, f); cubic uses 4 taps of the Keys kernel with
 coefficient ``cubic_coeff_a``. Source indices clamp to the edge (or get weight 0 and a
 renormalization with ``exclude_outside``); tf_crop_and_resize writes
 ``extrapolation_value`` where x leaves the input. The output size along an axis is
-floor(in * scale), or ``sizes`` (adjusted by ``keep_aspect_ratio_policy``).
+floor(in * scale), or ``sizes`` (adjusted by ``keep_aspect_ratio_policy``); when
+scales/sizes are not constants, inference keeps the rank and marks resized dims unknown.
+``antialias`` (linear/cubic, downsampling) stretches the kernel by 1/scale.
 
 Coordinates are computed in float32 in the same order as ONNX Runtime, so nearest
 picks identical pixels; interpolation is separable and runs axis by axis in float64.
@@ -22,7 +24,7 @@ import numpy as np
 
 from compiler.ir.types import Dim, DType, TensorType
 from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, register
-from compiler.ops.shapes import normalize_axes, scaled_dim
+from compiler.ops.shapes import UNKNOWN, normalize_axes, scaled_dim
 
 __all__ = ["ResizeAttrs", "resize_plan", "COORDINATE_MODES", "NEAREST_MODES"]
 
@@ -118,11 +120,21 @@ def _infer_resize(ctx: InferContext) -> list[TensorType]:
         raise ctx.fail(f"scales must be float, got {ctx.type(2).dtype.short}")
     if ctx.has(3) and ctx.type(3).dtype != DType.INT64:
         raise ctx.fail(f"sizes must be int64, got {ctx.type(3).dtype.short}")
-    scales = ctx.require_const(2, "scales") if ctx.has(2) else None
-    sizes = ctx.require_const(3, "sizes") if ctx.has(3) else None
     if a.coordinate_transformation_mode == "tf_crop_and_resize" and not ctx.has(1):
         raise ctx.fail("tf_crop_and_resize needs the roi input")
+    # An input counts as given unless it is absent or an empty constant.
+    given = [i for i in (2, 3) if ctx.has(i) and not (ctx.const(i) is not None and ctx.const(i).size == 0)]
+    if len(given) != 1:
+        raise ctx.fail("exactly one of scales and sizes must be given")
     x = ctx.shape(0)
+    if ctx.const(given[0]) is None:
+        # Computed at run time: the rank is known, the resized dims are not.
+        try:
+            axes = normalize_axes(a.axes, len(x), ctx.where) if a.axes else range(len(x))
+        except ValueError as exc:
+            raise ctx.fail(str(exc)) from None
+        return [TensorType(t.dtype, tuple(UNKNOWN if i in axes else d for i, d in enumerate(x)))]
+    scales, sizes = ctx.const(2), ctx.const(3)
     try:
         out, _, _ = resize_plan(x, a, scales, sizes)
     except ValueError as exc:

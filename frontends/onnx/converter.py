@@ -2,8 +2,8 @@
 
 Converters are registered per op with the first opset they handle::
 
-    @converter("Squeeze", since=1, needs=("Squeeze",))
-    def squeeze_v1(ctx: NodeContext) -> list[Value | None]: ...
+    @converter("Squeeze", since=1)
+    def squeeze_v1(ctx: NodeContext) -> list[Value | None]: ...  # axes attribute -> input
 
 For a model whose opset (for that domain) is ``v``, the converter with the
 highest ``since <= v`` is used. ``needs`` names the Kiln ops the converter
@@ -36,9 +36,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_DOMAIN = ""
-
-_MISSING = object()
-
 
 @dataclass
 class NodeContext:
@@ -152,6 +149,8 @@ class NodeContext:
             folded = fold(opdef, attrs_obj, ins, types, self.where) if self.fold else None
         except (ShapeError, AttrError, GraphError, ValueError, TypeError, KeyError, IndexError) as exc:
             raise self.fail(f"{op} conversion failed: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - a registry bug still names the node
+            raise self.fail(f"{op} conversion failed ({type(exc).__name__}): {exc}") from exc
         if folded is not None:
             return [self.graph.add_constant(a, name=nm) for a, nm in zip(folded, names, strict=True)]
         node_name = self.name if final else (f"{self.name}/{op}" if self.name else "")

@@ -59,7 +59,9 @@ def node_label(node: onnx.NodeProto, index: int) -> str:
 class OnnxImporter:
     """Converts one ONNX model into a Kiln Graph (use :meth:`run` once)."""
 
-    def __init__(self, model: onnx.ModelProto, source: str, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, source: str, input_shapes: Mapping[str, Sequence[int]]
+    ) -> None:
         self.model = model
         self.source = source
         self.input_shapes = dict(input_shapes)
@@ -133,9 +135,10 @@ class OnnxImporter:
         names = [vi.name for vi in inputs]
         unknown = sorted(set(self.input_shapes) - set(names))
         if unknown:
+            verb = "is not a graph input" if len(unknown) == 1 else "are not graph inputs"
             raise InputShapeError(
-                f"{self.source}: --input-shape names {', '.join(map(repr, unknown))}, which "
-                f"{'is' if len(unknown) == 1 else 'are'} not graph inputs (inputs: {', '.join(names) or 'none'})"
+                f"{self.source}: --input-shape names {', '.join(map(repr, unknown))}, which {verb} "
+                f"(inputs: {', '.join(names) or 'none'})"
             )
         types = {vi.name: type_of_value_info(vi, f"{self.source}: graph input") for vi in inputs}
         bound: dict[str, int] = {}  # symbol -> size fixed through input_shapes

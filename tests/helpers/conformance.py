@@ -31,25 +31,31 @@ __all__ = ["CONFORMANCE_OPS", "RTOL", "ATOL", "CaseResult", "selected_cases", "r
 
 logger = logging.getLogger(__name__)
 
-CONFORMANCE_OPS = frozenset(
-    "Conv ConvTranspose BatchNormalization Relu LeakyRelu PRelu Clip Sigmoid HardSigmoid HardSwish Tanh Exp "
-    "Sqrt Add Sub Mul Div Pow MatMul Gemm MaxPool AveragePool GlobalAveragePool Concat Split Slice Reshape "
-    "Flatten Transpose Squeeze Unsqueeze Gather Shape Resize Softmax ReduceMean Cast Pad Identity Constant "
-    "QuantizeLinear DequantizeLinear".split()
-)
+CONFORMANCE_OPS = frozenset({
+    "Conv", "ConvTranspose", "BatchNormalization", "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid",
+    "HardSigmoid", "HardSwish", "Tanh", "Exp", "Sqrt", "Add", "Sub", "Mul", "Div", "Pow", "MatMul",
+    "Gemm", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Split", "Slice", "Reshape",
+    "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Shape", "Resize", "Softmax", "ReduceMean",
+    "Cast", "Pad", "Identity", "Constant", "QuantizeLinear", "DequantizeLinear",
+})
 RTOL = 1e-3
 ATOL = 1e-5
 
 
 @dataclass(frozen=True)
 class CaseResult:
-    """The outcome of one case: ``excluded`` (ORT's reason) or one failure reason per path (None = pass)."""
+    """The outcome of one case: ``excluded`` (ORT's reason) or one failure reason per path (None = pass).
+
+    ``ort_differs`` says how onnxruntime on the *original* model misses the expected
+    outputs, when it does (a hint that a failure is ORT's disagreement, not Kiln's).
+    """
 
     name: str
     op: str
     excluded: str | None = None
     interpreter: str | None = None
     exported: str | None = None
+    ort_differs: str | None = None
 
 
 def ort_session(model: onnx.ModelProto | bytes) -> ort.InferenceSession:
@@ -71,11 +77,14 @@ def selected_cases() -> tuple[Any, ...]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = load_model_tests(kind="node")
-    return tuple(
-        c for c in cases
-        if "_expanded" not in c.name and len(c.model.graph.node) == 1
-        and c.model.graph.node[0].op_type in CONFORMANCE_OPS and c.model.graph.node[0].domain in ("", "ai.onnx")
-    )
+    return tuple(c for c in cases if _selected(c.name, c.model))
+
+
+def _selected(name: str, model: onnx.ModelProto | None) -> bool:
+    if model is None or "_expanded" in name or len(model.graph.node) != 1:
+        return False
+    node = model.graph.node[0]
+    return node.op_type in CONFORMANCE_OPS and node.domain in ("", "ai.onnx")
 
 
 def _array(x: Any) -> Any:
@@ -134,14 +143,15 @@ def run_case(case: Any) -> CaseResult:
     feeds = {n: _array(x) for n, x in zip(names, inputs, strict=False)}
     want = [_array(x) for x in outputs]
     try:
-        ort_session(model).run(None, feeds)
+        ort_out = ort_session(model).run(None, feeds)
     except Exception as exc:  # noqa: BLE001 - ORT cannot run it: excluded, with its reason
         return CaseResult(case.name, op, excluded=_reason(exc))
+    ort_differs = _compare(list(ort_out), want)
     try:
         graph = load_onnx(model)
     except Exception as exc:  # noqa: BLE001 - recorded as a failure of both paths
         reason = f"import: {_reason(exc)}"
-        return CaseResult(case.name, op, interpreter=reason, exported=reason)
+        return CaseResult(case.name, op, interpreter=reason, exported=reason, ort_differs=ort_differs)
     interp: str | None
     try:
         types = {v.name: v.type.dtype for v in graph.inputs}
@@ -156,4 +166,4 @@ def run_case(case: Any) -> CaseResult:
         exported = _compare(sess.run(None, {k: v for k, v in feeds.items() if k in types}), want)
     except Exception as exc:  # noqa: BLE001
         exported = f"export/ORT: {_reason(exc)}"
-    return CaseResult(case.name, op, interpreter=interp, exported=exported)
+    return CaseResult(case.name, op, interpreter=interp, exported=exported, ort_differs=ort_differs)

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper, parser
 
 __all__ = [
     "conv_bn_relu", "residual_add", "opset9_initializer_inputs_upsample", "symbolic_batch", "unknown_ops",
-    "softmax11_axis1", "opset9_upgrades", "static_input", "random_feeds", "ROUND_TRIP",
+    "softmax11_axis1", "opset9_upgrades", "resize10", "static_input", "random_feeds", "ROUND_TRIP",
 ]
 
 
@@ -36,8 +36,10 @@ def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
 def conv_bn_relu() -> onnx.ModelProto:
     """x[1,3,16,16] -> Conv 3x3 (8 ch, pads 1) -> BatchNormalization -> Relu, opset 13."""
     nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv1", pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
-        helper.make_node("BatchNormalization", ["c", "g", "beta", "mu", "var"], ["n"], name="bn1", epsilon=1e-3),
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv1", pads=[1, 1, 1, 1],
+                         kernel_shape=[3, 3]),
+        helper.make_node("BatchNormalization", ["c", "g", "beta", "mu", "var"], ["n"], name="bn1",
+                         epsilon=1e-3),
         helper.make_node("Relu", ["n"], ["y"], name="relu1"),
     ]
     inits = [
@@ -64,9 +66,10 @@ def residual_add() -> onnx.ModelProto:
     }
     """
     model = parser.parse_model(text)
-    model.graph.initializer.extend(
-        [_init("w1", (4, 4, 3, 3), 11), _init("b1", (4,), 12), _init("w2", (4, 4, 3, 3), 13), _init("b2", (4,), 14)]
-    )
+    model.graph.initializer.extend([
+        _init("w1", (4, 4, 3, 3), 11), _init("b1", (4,), 12), _init("w2", (4, 4, 3, 3), 13),
+        _init("b2", (4,), 14),
+    ])
     for i, n in enumerate(model.graph.node):
         n.name = f"{n.op_type.lower()}_{i}"
     return _checked(model)
@@ -86,8 +89,8 @@ def opset9_initializer_inputs_upsample() -> onnx.ModelProto:
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])] + [
         helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits
     ]
-    g = helper.make_graph(nodes, "opset9_upsample", inputs,
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 12, 12])], initializer=inits)
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 12, 12])
+    g = helper.make_graph(nodes, "opset9_upsample", inputs, [out], initializer=inits)
     return _checked(helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=4))
 
 
@@ -160,6 +163,17 @@ def opset9_upgrades() -> onnx.ModelProto:
     return _checked(model)
 
 
+def resize10(mode: str) -> onnx.ModelProto:
+    """Resize-10 ``(X, scales)`` with non-integer scales (asymmetric coordinates)."""
+    scales = numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 1.5], dtype=np.float32), "scales")
+    nodes = [helper.make_node("Resize", ["x", "scales"], ["y"], name="resize", mode=mode)]
+    g = helper.make_graph(
+        nodes, f"resize10_{mode}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 7])], initializer=[scales],
+    )
+    return _checked(helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)], ir_version=5))
+
+
 def static_input(dims: list[int | str]) -> onnx.ModelProto:
     """A one-node Relu model whose single input ``x`` has the given declared dims."""
     g = helper.make_graph(
@@ -190,4 +204,6 @@ ROUND_TRIP: dict[str, Callable[[], onnx.ModelProto]] = {
     "symbolic_batch": symbolic_batch,
     "softmax11_axis1": softmax11_axis1,
     "opset9_upgrades": opset9_upgrades,
+    "resize10_nearest": lambda: resize10("nearest"),
+    "resize10_linear": lambda: resize10("linear"),
 }
