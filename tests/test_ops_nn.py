@@ -315,7 +315,7 @@ def test_symbolic_dims_stay_symbolic() -> None:
         "N", 3, "floor((H-2)/2)+1", "floor((W-2)/2)+1")
     assert _node_type("GlobalAveragePool", [hw])[0].shape == ("N", 3, 1, 1)
     assert _node_type("BatchNormalization", [hw, *[fl(1, 1, 1)] * 4])[0].shape == ("N", 3, "H", "W")
-    assert _node_type("Resize", [hw, None, fl(1, 1, 2, 2)])[0].shape == ("N", 3, "H*2", "W*2")
+    assert _node_type("Resize", [hw, None, fl(1, 1, 2, 2)])[0].shape == ("N", 3, "2*H", "2*W")
     assert _node_type("Resize", [hw, None, None, i64(5, 7)], {"axes": (2, 3)})[0].shape == ("N", 3, 5, 7)
     seq = TensorType(F32, ("B", "S", 64))
     assert _node_type("MatMul", [seq, f32(64, 32)])[0].shape == ("B", "S", 32)

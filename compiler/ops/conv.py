@@ -255,7 +255,7 @@ def conv_transpose_geometry(
         eff = dilations[i] * (kernel[i] - 1) + 1 + adj[i]
         if shape is not None:
             if not isinstance(size, int):
-                out.append(f"{size}*{st}" if shape[i] == -1 else shape[i])
+                out.append(f"{st}*{size}" if shape[i] == -1 else shape[i])
                 begins = None
                 continue
             total = max(0, st * (size - 1) + eff - shape[i])

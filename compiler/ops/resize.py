@@ -105,6 +105,12 @@ def resize_plan(
     return out, sc, axes
 
 
+def _given(ctx: InferContext, i: int) -> bool:
+    """True if optional input ``i`` is present and not an empty constant."""
+    c = ctx.const(i)
+    return ctx.has(i) and (c is None or c.size > 0)
+
+
 def _infer_resize(ctx: InferContext) -> list[TensorType]:
     a: ResizeAttrs = ctx.attrs
     t = ctx.type(0)
@@ -122,8 +128,7 @@ def _infer_resize(ctx: InferContext) -> list[TensorType]:
         raise ctx.fail(f"sizes must be int64, got {ctx.type(3).dtype.short}")
     if a.coordinate_transformation_mode == "tf_crop_and_resize" and not ctx.has(1):
         raise ctx.fail("tf_crop_and_resize needs the roi input")
-    # An input counts as given unless it is absent or an empty constant.
-    given = [i for i in (2, 3) if ctx.has(i) and not (ctx.const(i) is not None and ctx.const(i).size == 0)]
+    given = [i for i in (2, 3) if _given(ctx, i)]
     if len(given) != 1:
         raise ctx.fail("exactly one of scales and sizes must be given")
     x = ctx.shape(0)

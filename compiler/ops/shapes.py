@@ -248,7 +248,7 @@ def scaled_dim(size: Dim, scale: float) -> Dim:
         return int(np.floor(np.float32(size) * np.float32(scale)))
     if scale == 1.0:
         return size
-    return f"{size}*{int(scale)}" if float(scale).is_integer() else f"floor({size}*{scale:g})"
+    return f"{int(scale)}*{size}" if float(scale).is_integer() else f"floor({scale:g}*{size})"
 
 
 def conv_out_dims(
