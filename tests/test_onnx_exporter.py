@@ -106,3 +106,23 @@ def test_save_onnx_writes_a_loadable_file(tmp_path: Path) -> None:
     assert path.read_bytes() == model_bytes(export_onnx(graph))
     assert sorted(p.name for p in path.parent.iterdir()) == ["model.onnx"]
     assert load_onnx(path).outputs[0].type.shape == ("N", 5)
+
+
+def test_public_output_name_survives_identity_elimination() -> None:
+    """y = Identity(x) with x a graph input: after eliminate-identities the output is still named y."""
+    import numpy as np
+
+    from compiler.pass_manager import PassManager
+    from compiler.runners import run_onnxruntime
+    from frontends.onnx.loader import load_onnx
+    from tests.helpers.onnx_text import text_model
+
+    m = text_model("""g (float[3] x) => (float[3] y, float[3] z) { y = Identity(x)  z = Relu(x) }""")
+    g = load_onnx(m)
+    PassManager(["eliminate-identities"]).run(g)
+    assert g.output_names == ["y", "z"]
+    model = export_onnx(g)
+    assert [o.name for o in model.graph.output] == ["y", "z"]
+    x = np.array([-1, 0, 2], np.float32)
+    out = run_onnxruntime(model.SerializeToString(), {"x": x})
+    np.testing.assert_array_equal(out["y"], x)

@@ -7,7 +7,8 @@
 * Absent optional inputs are ``""``; trailing ones are dropped.
 * Kiln-domain ops are rewritten into standard ops with ``OpDef.expand`` on a
   clone; one without an expansion is an error.
-* Every ONNX output is produced by a node: a constant output keeps its name on
+* Graph outputs keep their public names (``Graph.output_names``). Every ONNX
+  output is produced by a node: a constant output keeps its name on
   an Identity (its initializer becomes ``<name>__const``); a graph input or a
   repeated output gets an Identity named ``<name>_out``.
 
@@ -214,15 +215,18 @@ def _outputs(
 ) -> list[onnx.ValueInfoProto]:
     """Graph outputs; Identity nodes give constants, inputs and repeated values an output of their own."""
     seen: set[tuple[int, int]] = set()
+    input_ids = {i.node for i in g.inputs}
     out = []
-    for v in g.outputs:
+    for v, public in zip(g.outputs, g.output_names, strict=True):
         key = (v.node, v.port)
-        name = v.name
-        if key in seen or v.node in {i.node for i in g.inputs}:
-            name = _fresh(f"{v.name}_out", taken)
-            nodes.append(helper.make_node("Identity", [renamed.get(v.node, v.name)], [name], name=name))
-        elif v.node in renamed:
-            nodes.append(helper.make_node("Identity", [renamed[v.node]], [name], name=name))
+        src = renamed.get(v.node, v.name)
+        direct = public == v.name and key not in seen and v.node not in input_ids and v.node not in renamed
+        name = public
+        if not direct:
+            if name in taken and name != v.name or key in seen or v.node in input_ids and name == v.name:
+                name = _fresh(f"{public}_out", taken)
+            taken.add(name)
+            nodes.append(helper.make_node("Identity", [src], [name], name=name))
         seen.add(key)
         out.append(_value_info(name, v.type))
     return out
