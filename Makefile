@@ -32,7 +32,7 @@ demo: venv
 	$(PY) -m examples.digits.accuracy --holdout $(DEMO)/example/digits_holdout.npz \
 		$(DEMO)/example/digits_cnn.onnx $(DEMO)/compiled/model.onnx
 
-test: venv
+test: venv lint
 	$(PY) -m pytest -q
 
 lint: venv

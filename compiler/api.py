@@ -23,13 +23,36 @@ from compiler.pipelines import PIPELINES
 from compiler.rewriter import PassResult, Rewriter
 
 __all__ = [
-    "load_model", "save_model", "Graph", "print_graph", "run_graph", "verify", "Pass", "PassContext",
-    "PassResult", "Rewriter", "register_pass", "all_passes", "PassManager", "FixedPoint", "PIPELINES",
-    "Rule", "Op", "Any_", "Const", "Match", "apply_rules", "PassTiming", "DumpIR", "NumericsCheck",
+    "load_model",
+    "save_model",
+    "Graph",
+    "print_graph",
+    "run_graph",
+    "verify",
+    "Pass",
+    "PassContext",
+    "PassResult",
+    "Rewriter",
+    "register_pass",
+    "all_passes",
+    "PassManager",
+    "FixedPoint",
+    "PIPELINES",
+    "Rule",
+    "Op",
+    "Any_",
+    "Const",
+    "Match",
+    "apply_rules",
+    "PassTiming",
+    "DumpIR",
+    "NumericsCheck",
 ]
 
 
-def load_model(path: str | os.PathLike[str], *, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def load_model(
+    path: str | os.PathLike[str], *, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> Graph:
     """Import a model file (format picked by suffix or magic bytes)."""
     from frontends.registry import load_model as _load
 
@@ -44,7 +67,6 @@ def save_model(graph: Graph, path: str | os.PathLike[str]) -> None:
 
         raise OptionError(f"{p}: save_model writes .onnx files (use `kiln compile --emit` for other formats)")
     from backends.onnx.exporter import save_onnx
-
     from compiler.output_dir import atomic_output_file
 
     with atomic_output_file(p) as tmp:

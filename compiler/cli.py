@@ -40,8 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("model", type=Path)
     comp.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
     comp.add_argument("--emit", default="onnx", help="comma-separated artifact kinds (default: onnx)")
-    comp.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3xHxW",
-                      help="fix dynamic input dims (repeatable)")
+    comp.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3xHxW",
+        help="fix dynamic input dims (repeatable)",
+    )
     comp.add_argument("--inputs", type=Path, help=".npz of named inputs for verification")
     comp.add_argument("--no-verify", action="store_true", help="skip checking artifacts against onnxruntime")
     comp.add_argument("--seed", type=int, default=0, help="seed of random verification inputs")
@@ -84,12 +89,11 @@ def _cmd_passes(args: argparse.Namespace) -> int:
 
 
 def _cmd_opt(args: argparse.Namespace) -> int:
-    from frontends.registry import load_model
-
     from compiler.api import save_model
     from compiler.input_spec import parse_input_shapes
     from compiler.ir.verifier import verify
     from compiler.pipelines import run_passes
+    from frontends.registry import load_model
 
     if args.output.suffix.lower() != ".onnx":
         raise OptionError(f"-o {args.output}: kiln opt writes an .onnx file")
@@ -104,10 +108,9 @@ def _cmd_opt(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from frontends.registry import load_model
-
     from compiler.input_spec import parse_input_shapes
     from compiler.inspect import summarize
+    from frontends.registry import load_model
 
     graph = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
     print(summarize(graph, args.model.name))
@@ -124,15 +127,25 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     emit = tuple(k.strip() for k in args.emit.split(",") if k.strip())
     bad = [k for k in emit if k not in emit_kinds()]
     if not emit or bad:
-        raise OptionError(f"--emit {args.emit!r}: unknown kind(s) {bad} (choose from {', '.join(emit_kinds())})")
+        raise OptionError(
+            f"--emit {args.emit!r}: unknown kind(s) {bad} (choose from {', '.join(emit_kinds())})"
+        )
     if not args.model.is_file():
         from compiler.errors import ModelFileError
 
         raise ModelFileError(f"{args.model}: model file not found")
     options = CompileOptions(
-        model=args.model, out_dir=args.output, emit=emit, input_shapes=parse_input_shapes(args.input_shape),
-        inputs=args.inputs, verify=not args.no_verify, seed=args.seed, passes=args.passes,
-        pipeline=args.pipeline, dump_ir=args.dump_ir, timing=args.timing,
+        model=args.model,
+        out_dir=args.output,
+        emit=emit,
+        input_shapes=parse_input_shapes(args.input_shape),
+        inputs=args.inputs,
+        verify=not args.no_verify,
+        seed=args.seed,
+        passes=args.passes,
+        pipeline=args.pipeline,
+        dump_ir=args.dump_ir,
+        timing=args.timing,
     )
     try:
         result = compile_model(options)
@@ -145,7 +158,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         print(result.timing_report)
     if result.checks:
         print(format_table(result.checks))
-    print(f"wrote {', '.join(a['path'] for a in result.manifest['artifacts'])} and manifest.json to {args.output}")
+    print(
+        f"wrote {', '.join(a['path'] for a in result.manifest['artifacts'])} and manifest.json "
+        f"to {args.output}"
+    )
     return 0
 
 
@@ -160,14 +176,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ModelFileError(f"{args.artifact}: artifact not found")
     outs = run_artifact(args.artifact, load_inputs(args.inputs))
     with atomic_output_file(args.output) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **outs)
+        np.savez(f, **outs)  # type: ignore[arg-type]
     for k, v in outs.items():
         print(f"{k}: {v.dtype}{list(v.shape)}")
     return 0
 
 
 _COMMANDS = {
-    "inspect": _cmd_inspect, "compile": _cmd_compile, "run": _cmd_run, "passes": _cmd_passes, "opt": _cmd_opt,
+    "inspect": _cmd_inspect,
+    "compile": _cmd_compile,
+    "run": _cmd_run,
+    "passes": _cmd_passes,
+    "opt": _cmd_opt,
 }
 
 

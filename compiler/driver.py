@@ -61,13 +61,18 @@ def describe_values(graph: Graph, which: str) -> list[dict[str, Any]]:
     """Names, shapes and dtypes of graph inputs or outputs."""
     values = graph.inputs if which == "inputs" else graph.outputs
     return [
-        {"name": v.name, "shape": None if v.type.shape is None else list(v.type.shape),
-         "dtype": v.type.dtype.numpy.name if v.type.dtype.name != "BFLOAT16" else "bfloat16"}
+        {
+            "name": v.name,
+            "shape": None if v.type.shape is None else list(v.type.shape),
+            "dtype": v.type.dtype.numpy.name if v.type.dtype.name != "BFLOAT16" else "bfloat16",
+        }
         for v in values
     ]
 
 
-def reference_outputs(model: Path, fmt: str, feeds: dict[str, np.ndarray]) -> tuple[str, dict[str, np.ndarray]]:
+def reference_outputs(
+    model: Path, fmt: str, feeds: dict[str, np.ndarray]
+) -> tuple[str, dict[str, np.ndarray]]:
     """Run the *source* model in its own reference runtime."""
     if fmt == "onnx":
         return "onnxruntime", run_onnxruntime(model, feeds)
@@ -76,9 +81,8 @@ def reference_outputs(model: Path, fmt: str, feeds: dict[str, np.ndarray]) -> tu
 
 def compile_model(options: CompileOptions) -> CompileResult:
     """Compile one model; raises KilnError subclasses on bad input or failed verification."""
-    from frontends.registry import detect_format, load_model
-
     from compiler.pipelines import optimize
+    from frontends.registry import detect_format, load_model
 
     fmt = detect_format(options.model)
     graph = load_model(options.model, input_shapes=options.input_shapes)
@@ -97,7 +101,9 @@ def compile_model(options: CompileOptions) -> CompileResult:
             for art in artifacts:
                 tol = TOLERANCES[art.precision]
                 got = run_artifact(tmp / art.path, feeds)
-                checks.append(ArtifactCheck(art.kind, art.path, art.precision, tol, compare_outputs(got, ref, tol)))
+                checks.append(
+                    ArtifactCheck(art.kind, art.path, art.precision, tol, compare_outputs(got, ref, tol))
+                )
             verification.update(
                 reference=ref_name,
                 inputs=options.inputs.name if options.inputs else f"random normal, seed {options.seed}",
@@ -111,8 +117,13 @@ def compile_model(options: CompileOptions) -> CompileResult:
             "outputs": describe_values(graph, "outputs"),
             "options": options.manifest_view(),
             "artifacts": [
-                {"kind": a.kind, "target": a.target, "path": a.path, "precision": a.precision,
-                 "sha256": sha256_file(tmp / a.path)}
+                {
+                    "kind": a.kind,
+                    "target": a.target,
+                    "path": a.path,
+                    "precision": a.precision,
+                    "sha256": sha256_file(tmp / a.path),
+                }
                 for a in artifacts
             ],
             "verification": verification,

@@ -36,7 +36,9 @@ class UnsupportedOpsError(KilnError):
         parts = []
         for op in sorted(ops):
             names = ops[op]
-            shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            shown = ", ".join(repr(n) for n in names[:5]) + (
+                f" and {len(names) - 5} more" if len(names) > 5 else ""
+            )
             parts.append(f"{op} (nodes {shown})")
         super().__init__(f"{source}: unsupported op(s): " + "; ".join(parts))
 

@@ -21,11 +21,15 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
         for item in _split_items(spec):
             name, sep, dims = item.rpartition("=")
             if not sep or not name:
-                raise InputShapeError(f"--input-shape {item!r}: expected NAME=D1xD2x... (e.g. input=1x3x224x224)")
+                raise InputShapeError(
+                    f"--input-shape {item!r}: expected NAME=D1xD2x... (e.g. input=1x3x224x224)"
+                )
             try:
                 shape = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
             except ValueError:
-                raise InputShapeError(f"--input-shape {item!r}: dimensions must be integers joined by 'x'") from None
+                raise InputShapeError(
+                    f"--input-shape {item!r}: dimensions must be integers joined by 'x'"
+                ) from None
             if any(d < 1 for d in shape):
                 raise InputShapeError(f"--input-shape {item!r}: dimensions must be >= 1")
             out[name] = shape
@@ -73,20 +77,28 @@ def random_inputs(types: Mapping[str, TensorType], seed: int = 0) -> dict[str, n
     return out
 
 
-def check_inputs(feeds: dict[str, np.ndarray], types: Mapping[str, TensorType], source: str) -> dict[str, np.ndarray]:
+def check_inputs(
+    feeds: dict[str, np.ndarray], types: Mapping[str, TensorType], source: str
+) -> dict[str, np.ndarray]:
     """Match feeds to graph inputs by name, check shapes and cast dtypes; names the offender."""
     if set(feeds) == {""} and len(types) == 1:
         feeds = {next(iter(types)): feeds[""]}
     missing = [n for n in types if n not in feeds]
     if missing:
-        raise InputShapeError(f"{source}: no array for model input(s) {', '.join(missing)} (has {sorted(feeds)})")
+        raise InputShapeError(
+            f"{source}: no array for model input(s) {', '.join(missing)} (has {sorted(feeds)})"
+        )
     out = {}
     for name, t in types.items():
         arr = feeds[name]
         if t.shape is not None:
             want = tuple(t.shape)
-            ok = len(want) == arr.ndim and all(not isinstance(w, int) or w == d for w, d in zip(want, arr.shape))
+            ok = len(want) == arr.ndim and all(
+                not isinstance(w, int) or w == d for w, d in zip(want, arr.shape, strict=False)
+            )
             if not ok:
-                raise InputShapeError(f"{source}: input {name!r} has shape {list(arr.shape)}, model expects {list(want)}")
+                raise InputShapeError(
+                    f"{source}: input {name!r} has shape {list(arr.shape)}, model expects {list(want)}"
+                )
         out[name] = arr.astype(t.dtype.numpy, copy=False)
     return out

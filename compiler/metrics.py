@@ -25,8 +25,10 @@ class Agreement:
 
     def as_dict(self) -> dict[str, float | bool]:
         """JSON-friendly dict (inf becomes a large finite number)."""
-        return {k: (round(v, 9) if isinstance(v, float) and np.isfinite(v) else (999.0 if v else v))
-                for k, v in asdict(self).items()}
+        return {
+            k: (round(v, 9) if isinstance(v, float) and np.isfinite(v) else (999.0 if v else v))
+            for k, v in asdict(self).items()
+        }
 
 
 def agreement(actual: np.ndarray, expected: np.ndarray) -> Agreement:

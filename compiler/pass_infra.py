@@ -102,7 +102,9 @@ def make_pass(name: str, options: dict[str, str | Any] | None = None) -> Pass:
     kwargs: dict[str, Any] = {}
     for key, raw in (options or {}).items():
         if key not in fields:
-            raise OptionError(f"pass {name!r} has no option {key!r} (options: {', '.join(sorted(fields)) or 'none'})")
+            raise OptionError(
+                f"pass {name!r} has no option {key!r} (options: {', '.join(sorted(fields)) or 'none'})"
+            )
         kwargs[key] = _convert(hints[key], raw, f"{name}{{{key}}}")
     return cls(**kwargs)
 

@@ -139,10 +139,11 @@ def _match(graph: Graph, pat: Op | Any_ | Const, value: Value | None, m: Match, 
         return None
     node = value.producer
     if node.op not in pat.op_names() or node.domain != pat.domain:
-        return OpMismatch(f"{value.name!r} is produced by {node.qualified_op}, not {'/'.join(pat.op_names())}")
-    if not root and not pat.shared:
-        if len(graph.users(value)) != 1 or graph.is_output(value):
-            return f"{value.name!r} has other users"
+        return OpMismatch(
+            f"{value.name!r} is produced by {node.qualified_op}, not {'/'.join(pat.op_names())}"
+        )
+    if not root and not pat.shared and (len(graph.users(value)) != 1 or graph.is_output(value)):
+        return f"{value.name!r} has other users"
     if pat.name:
         m.nodes[pat.name] = node
         m.values[pat.name] = value

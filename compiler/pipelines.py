@@ -12,7 +12,9 @@ from compiler.pass_manager import FixedPoint, PassManager, PipelineItem
 
 __all__ = ["PIPELINES", "pipeline", "optimize"]
 
-_CLEANUP = FixedPoint(("fold-constants", "eliminate-identities", "eliminate-dead-nodes"), max_steps=8, name="cleanup")
+_CLEANUP = FixedPoint(
+    ("fold-constants", "eliminate-identities", "eliminate-dead-nodes"), max_steps=8, name="cleanup"
+)
 
 PIPELINES: dict[str, list[PipelineItem]] = {
     "none": [],
@@ -20,7 +22,9 @@ PIPELINES: dict[str, list[PipelineItem]] = {
     "default": [
         _CLEANUP,
         "canonicalize",
-        FixedPoint(("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"),
+        FixedPoint(
+            ("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"
+        ),
         "fuse-conv-bias-act",
         _CLEANUP,
     ],
@@ -48,7 +52,11 @@ def describe_pipeline(name: str) -> str:
 
 
 def run_passes(
-    graph: Graph, passes: str | None, pipeline_name: str, dump_ir: Path | None, options: CompileOptions | None = None
+    graph: Graph,
+    passes: str | None,
+    pipeline_name: str,
+    dump_ir: Path | None,
+    options: CompileOptions | None = None,
 ) -> PassTiming:
     """Run a pipeline string (or else the named pipeline) with timing and optional IR dumps."""
     items: list[PipelineItem] = [passes] if passes else pipeline(pipeline_name)

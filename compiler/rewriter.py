@@ -73,8 +73,17 @@ class Rewriter:
         self.result.applied[rule] += 1
 
     # -- edit helpers ------------------------------------------------------------
-    def op(self, op: str, inputs: Sequence[Value | None], attrs: Any = None, *, like: Node | None = None,
-           domain: str = "", num_outputs: int | None = None, name: str = "") -> Value:
+    def op(
+        self,
+        op: str,
+        inputs: Sequence[Value | None],
+        attrs: Any = None,
+        *,
+        like: Node | None = None,
+        domain: str = "",
+        num_outputs: int | None = None,
+        name: str = "",
+    ) -> Value:
         """Add a node and return its first output; ``like`` names it after a source node."""
         nm = name or (like.name if like is not None else "")
         node = self.graph.add_node(op, inputs, attrs, domain=domain, name=nm, num_outputs=num_outputs)

@@ -76,4 +76,4 @@ def run_onnxruntime(path: Path | bytes, feeds: Mapping[str, np.ndarray]) -> dict
     return {n: np.asarray(o) for n, o in zip(names, outs, strict=True)}
 
 
-_RUNNERS["onnx"] = run_onnxruntime  # type: ignore[assignment]
+_RUNNERS["onnx"] = run_onnxruntime

@@ -54,8 +54,12 @@ class OutputCheck:
             return float(f"{x:.6g}") if np.isfinite(x) else (999.0 if x > 0 else -999.0)
 
         return {
-            "name": self.name, "max_abs": num(self.max_abs), "max_rel": num(self.max_rel),
-            "cosine": num(self.cosine), "sqnr_db": num(self.sqnr_db), "passed": self.passed,
+            "name": self.name,
+            "max_abs": num(self.max_abs),
+            "max_rel": num(self.max_rel),
+            "cosine": num(self.cosine),
+            "sqnr_db": num(self.sqnr_db),
+            "passed": self.passed,
         }
 
 
@@ -81,9 +85,12 @@ class ArtifactCheck:
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
         return {
-            "kind": self.kind, "path": self.path, "precision": self.precision,
+            "kind": self.kind,
+            "path": self.path,
+            "precision": self.precision,
             "tolerance": {"max_rel": self.tolerance.max_rel, "min_cosine": self.tolerance.min_cosine},
-            "passed": self.passed, "outputs": [o.as_dict() for o in self.outputs],
+            "passed": self.passed,
+            "outputs": [o.as_dict() for o in self.outputs],
         }
 
 
@@ -98,14 +105,17 @@ def compare_outputs(
             checks.append(OutputCheck(name, float("inf"), float("inf"), 0.0, float("-inf"), False))
             continue
         m = agreement(got, ref)
-        checks.append(OutputCheck(name, m.max_abs, m.max_rel, m.cosine, m.sqnr_db,
-                                  tol.accepts(m.max_rel, m.cosine)))
+        checks.append(
+            OutputCheck(name, m.max_abs, m.max_rel, m.cosine, m.sqnr_db, tol.accepts(m.max_rel, m.cosine))
+        )
     return checks
 
 
 def format_table(checks: list[ArtifactCheck]) -> str:
     """A fixed-width verification table for the terminal."""
-    head = f"{'artifact':<24} {'output':<28} {'max_abs':>10} {'max_rel':>10} {'cosine':>10} {'sqnr_db':>8}  ok"
+    head = (
+        f"{'artifact':<24} {'output':<28} {'max_abs':>10} {'max_rel':>10} {'cosine':>10} {'sqnr_db':>8}  ok"
+    )
     lines = [head, "-" * len(head)]
     for c in checks:
         for o in c.outputs:

@@ -146,7 +146,10 @@ class SqueezePair(Rule):
     name = "squeeze-pair"
     pattern = Op(
         ("Squeeze", "Unsqueeze"),
-        (Op(("Squeeze", "Unsqueeze"), (Any_("x"), Const("a", optional=True)), name="inner"), Const("b", optional=True)),
+        (
+            Op(("Squeeze", "Unsqueeze"), (Any_("x"), Const("a", optional=True)), name="inner"),
+            Const("b", optional=True),
+        ),
     )
 
     def check(self, graph: Graph, m: Match) -> str | None:
@@ -163,8 +166,15 @@ class SqueezePair(Rule):
         rw.replace(rw.graph.value(m.root), m.value("x"))
 
 
-RULES: list[Rule] = [IdentityOp(), InferenceDropout(), NoopCast(), NoopShapeOp(), TransposePair(), ReshapeChain(),
-                     SqueezePair()]
+RULES: list[Rule] = [
+    IdentityOp(),
+    InferenceDropout(),
+    NoopCast(),
+    NoopShapeOp(),
+    TransposePair(),
+    ReshapeChain(),
+    SqueezePair(),
+]
 
 
 @register_pass

@@ -293,8 +293,15 @@ class MulConv(_BeforeConv):
     """conv(x * k, W) = conv(x, W * k), W scaled along its input channels (exact: 0 * k = 0 at pads)."""
 
     name = "mul-conv"
-    pattern = Op("Conv", (Op("Mul", (Any_("x"), Const("k")), name="pre", commutative=True), Any_("w"),
-                          Any_("b", optional=True)), name="conv")
+    pattern = Op(
+        "Conv",
+        (
+            Op("Mul", (Any_("x"), Const("k")), name="pre", commutative=True),
+            Any_("w"),
+            Any_("b", optional=True),
+        ),
+        name="conv",
+    )
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         w = m.value("w").const
@@ -310,8 +317,15 @@ class AddConv(_BeforeConv):
     """conv(x + c, W) + b = conv(x, W) + b + sum_{j,t} W[m, j, t] * c[j], only without padding."""
 
     name = "add-conv"
-    pattern = Op("Conv", (Op("Add", (Any_("x"), Const("k")), name="pre", commutative=True), Any_("w"),
-                          Any_("b", optional=True)), name="conv")
+    pattern = Op(
+        "Conv",
+        (
+            Op("Add", (Any_("x"), Const("k")), name="pre", commutative=True),
+            Any_("w"),
+            Any_("b", optional=True),
+        ),
+        name="conv",
+    )
 
     def check(self, graph: Graph, m: Match) -> str | None:
         a, w = m.root.attrs, m.value("w").const

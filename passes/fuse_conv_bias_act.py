@@ -25,9 +25,15 @@ __all__ = ["FuseConvBiasAct"]
 _ACT_OPS = ("Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSigmoid", "Clip")
 
 
-def _fused_attrs(conv: Node, activation: str = "none", alpha: float = 0.0, beta: float = 0.0) -> FusedConvAttrs:
+def _fused_attrs(
+    conv: Node, activation: str = "none", alpha: float = 0.0, beta: float = 0.0
+) -> FusedConvAttrs:
     a = conv.attrs
-    base = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name in FusedConvAttrs.__dataclass_fields__}
+    base = {
+        f.name: getattr(a, f.name)
+        for f in dataclasses.fields(a)
+        if f.name in FusedConvAttrs.__dataclass_fields__
+    }
     if activation != "none":
         base.update(activation=activation, alpha=alpha, beta=beta)
     return FusedConvAttrs(**base)
@@ -49,16 +55,20 @@ class ConvAddBias(Rule):
     """conv(x, W, b) + c = conv(x, W, b + c) for per-channel constant c."""
 
     name = "conv-add-bias"
-    pattern = Op("Add", (Op("Conv", (Any_("x"), Const("w"), Const("b", optional=True)), name="conv"), Const("c")),
-                 commutative=True)
+    pattern = Op(
+        "Add",
+        (Op("Conv", (Any_("x"), Const("w"), Const("b", optional=True)), name="conv"), Const("c")),
+        commutative=True,
+    )
 
     def check(self, graph: Graph, m: Match) -> str | None:
         out = m.node("conv").output_types[0]
         c = m.const("c")
         assert c is not None
-        if out.rank is None or out.rank < 2 or not isinstance(out.shape[1], int):  # type: ignore[index]
+        shape = out.shape
+        if shape is None or len(shape) < 2 or not isinstance(shape[1], int):
             return "conv output channels are unknown"
-        if _per_channel(c, out.rank, out.shape[1]) is None:  # type: ignore[index, arg-type]
+        if _per_channel(c, len(shape), shape[1]) is None:
             return f"addend of shape {list(c.shape)} is not per-channel"
         if m.root.output_types[0] != out:
             return "the Add broadcasts beyond the conv output"
@@ -67,13 +77,19 @@ class ConvAddBias(Rule):
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         conv = m.node("conv")
         out = conv.output_types[0]
-        channels = int(out.shape[1])  # type: ignore[index]
-        c = _per_channel(m.const("c"), out.rank or 0, channels)  # type: ignore[arg-type]
+        channels = int(out.static_shape[1])
+        addend = m.const("c")
+        assert addend is not None
+        c = _per_channel(addend, out.rank or 0, channels)
         assert c is not None
         b = m.const("b")
         bias = (c.astype(np.float64) + (0.0 if b is None else b.astype(np.float64))).astype(out.dtype.numpy)
-        new = rw.op("Conv", [m.value("x"), m.value("w"), rw.const(bias, f"{conv.name or 'conv'}_bias")],
-                    conv.attrs, like=conv)
+        new = rw.op(
+            "Conv",
+            [m.value("x"), m.value("w"), rw.const(bias, f"{conv.name or 'conv'}_bias")],
+            conv.attrs,
+            like=conv,
+        )
         rw.replace(rw.graph.value(m.root), new, take_name=True)
 
 
@@ -152,5 +168,7 @@ class FuseConvBiasAct(Pass):
         result = apply_rules(graph, [ConvAddBias()], near_misses=ctx.near_misses)
         if self.residual:
             result.merge(apply_rules(graph, [ConvResidual()], near_misses=ctx.near_misses))
-        result.merge(apply_rules(graph, [ConvAct(), FusedConvAct(), ConvRelu6()], near_misses=ctx.near_misses))
+        result.merge(
+            apply_rules(graph, [ConvAct(), FusedConvAct(), ConvRelu6()], near_misses=ctx.near_misses)
+        )
         return result

@@ -53,8 +53,13 @@ def test_float_accuracy_at_least_90_percent(trained: tuple[Path, float]) -> None
 
 
 def test_cli_retrains_byte_identical_model(trained: tuple[Path, float], tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "examples.digits.train", str(tmp_path)], cwd=ROOT, check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "examples.digits.train", str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     first = (trained[0] / train.MODEL_FILE).read_bytes()
     assert (tmp_path / train.MODEL_FILE).read_bytes() == first
     with np.load(trained[0] / train.HOLDOUT_FILE) as a, np.load(tmp_path / train.HOLDOUT_FILE) as b:

@@ -61,9 +61,12 @@ def test_softmax11_is_flattened_unless_last_axis() -> None:
     assert [n.op for n in graph.ops()] == ["Flatten", "Softmax", "Reshape"]
     assert graph.outputs[0].name == "y" and graph.outputs[0].type.shape == (2, 3, 4, 5)
     last = helper.make_model(
-        helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]),
+        helper.make_graph(
+            [helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        ),
         opset_imports=[helper.make_opsetid("", 11)],
     )
     assert [n.op for n in load_onnx(last).ops()] == ["Softmax"]
@@ -100,11 +103,13 @@ def test_shape_chains_fold_to_constants() -> None:
     }
     """
     model = onnx.parser.parse_model(text)
-    model.graph.initializer.extend([
-        numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
-        numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0"),
-        numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1"),
-    ])
+    model.graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0"),
+            numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1"),
+        ]
+    )
     graph = load_onnx(model)
     assert [n.op for n in graph.ops()] == ["Reshape"]
     assert graph.find_value("shp").const is not None
@@ -113,17 +118,30 @@ def test_shape_chains_fold_to_constants() -> None:
 
 def test_old_training_attributes_are_dropped() -> None:
     nodes = [
-        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], name="bn", spatial=1,
-                         is_test=1, consumed_inputs=[0, 0, 0, 1, 1]),
+        helper.make_node(
+            "BatchNormalization",
+            ["x", "s", "b", "m", "v"],
+            ["n"],
+            name="bn",
+            spatial=1,
+            is_test=1,
+            consumed_inputs=[0, 0, 0, 1, 1],
+        ),
         helper.make_node("Dropout", ["n"], ["d"], name="drop", is_test=1, ratio=0.5),
         helper.make_node("Upsample", ["d"], ["y"], name="up", scales=[1.0, 1.0, 2.0, 2.0]),
     ]
-    params = [numpy_helper.from_array(np.full(2, v, dtype=np.float32), n)
-              for n, v in (("s", 2.0), ("b", 1.0), ("m", 0.5), ("v", 1.0))]
+    params = [
+        numpy_helper.from_array(np.full(2, v, dtype=np.float32), n)
+        for n, v in (("s", 2.0), ("b", 1.0), ("m", 0.5), ("v", 1.0))
+    ]
     model = helper.make_model(
-        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
-                          initializer=params),
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+            initializer=params,
+        ),
         opset_imports=[helper.make_opsetid("", 9)],
     )
     graph = load_onnx(model)
@@ -137,9 +155,15 @@ def test_old_training_attributes_are_dropped() -> None:
 def test_folded_outputs_keep_their_names() -> None:
     nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"), helper.make_node("Relu", ["x"], ["r"])]
     model = helper.make_model(
-        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
-                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 3])]),
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [
+                helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+                helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 3]),
+            ],
+        ),
         opset_imports=[helper.make_opsetid("", 13)],
     )
     graph = load_onnx(model)
@@ -155,17 +179,30 @@ def test_constant_node_variants() -> None:
     nodes = [
         helper.make_node("Constant", [], ["a"], value_float=2.0),
         helper.make_node("Constant", [], ["b"], value_ints=[1, 2, 3]),
-        helper.make_node("Constant", [], ["c"], sparse_value=helper.make_sparse_tensor(
-            numpy_helper.from_array(np.array([5.0], dtype=np.float32), "v"),
-            numpy_helper.from_array(np.array([2], dtype=np.int64), "i"), [3])),
+        helper.make_node(
+            "Constant",
+            [],
+            ["c"],
+            sparse_value=helper.make_sparse_tensor(
+                numpy_helper.from_array(np.array([5.0], dtype=np.float32), "v"),
+                numpy_helper.from_array(np.array([2], dtype=np.int64), "i"),
+                [3],
+            ),
+        ),
         helper.make_node("Mul", ["x", "a"], ["xa"]),
         helper.make_node("Add", ["xa", "c"], ["y"]),
         helper.make_node("Identity", ["b"], ["z"]),
     ]
     model = helper.make_model(
-        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
-                           helper.make_tensor_value_info("z", TensorProto.INT64, [3])]),
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+            [
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+                helper.make_tensor_value_info("z", TensorProto.INT64, [3]),
+            ],
+        ),
         opset_imports=[helper.make_opsetid("", 13)],
     )
     graph = load_onnx(model)
@@ -177,8 +214,12 @@ def test_constant_node_variants() -> None:
 def test_cast_with_string_to() -> None:
     node = helper.make_node("Cast", ["x"], ["y"], name="cast", to="INT32")
     model = helper.make_model(
-        helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                          [helper.make_tensor_value_info("y", TensorProto.INT32, [2])]),
+        helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.INT32, [2])],
+        ),
         opset_imports=[helper.make_opsetid("", 13)],
     )
     res = run_graph(load_onnx(model), {"x": np.array([1.7, -2.2], dtype=np.float32)})
@@ -191,8 +232,14 @@ def test_external_data_is_loaded_relative_to_the_file(tmp_path: Path) -> None:
     ref = ort_session(model).run(None, feeds)
     path = tmp_path / "ext" / "model.onnx"
     path.parent.mkdir()
-    onnx.save_model(models.conv_bn_relu(), str(path), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    onnx.save_model(
+        models.conv_bn_relu(),
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
     res = run_graph(load_model(path), feeds)
     assert_close(res["y"], ref[0], rtol=INTERP_RTOL, atol=INTERP_ATOL, what="y")
     (path.parent / "weights.bin").unlink()
@@ -255,8 +302,12 @@ def test_unsupported_ops_lists_every_op_and_node() -> None:
 def test_unknown_attribute_names_the_node() -> None:
     node = helper.make_node("Relu", ["x"], ["y"], name="my_relu", bogus=3)
     model = helper.make_model(
-        helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+        helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        ),
         opset_imports=[helper.make_opsetid("", 13)],
     )
     with pytest.raises(ConversionError, match="my_relu.*bogus"):
@@ -266,9 +317,13 @@ def test_unknown_attribute_names_the_node() -> None:
 def test_failed_shape_inference_names_node_and_op() -> None:
     nodes = [helper.make_node("Add", ["x", "w"], ["y"], name="bad_add")]
     model = helper.make_model(
-        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-                          initializer=[numpy_helper.from_array(np.ones(4, dtype=np.float32), "w")]),
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+            initializer=[numpy_helper.from_array(np.ones(4, dtype=np.float32), "w")],
+        ),
         opset_imports=[helper.make_opsetid("", 13)],
     )
     with pytest.raises(ConversionError, match="bad_add.*Add"):

@@ -79,41 +79,83 @@ CONV = [
     Case("Conv", [x1, w_g2, b6], {"group": 2, "strides": (2, 1), "pads": (1, 0, 2, 1), "dilations": (1, 2)}),
     Case("Conv", [x1, w_dw], {"group": 4, "pads": P1}),  # depthwise, channel multiplier 2
     Case("Conv", [x1, f32(4, 1, 3, 3, seed=14)], {"group": 4, "strides": (2, 2), "dilations": (2, 2)}),
-    *[Case("Conv", [x1, w_g2], {"group": 2, "strides": (2, 3), "auto_pad": ap})
-      for ap in ("SAME_UPPER", "SAME_LOWER", "VALID")],
+    *[
+        Case("Conv", [x1, w_g2], {"group": 2, "strides": (2, 3), "auto_pad": ap})
+        for ap in ("SAME_UPPER", "SAME_LOWER", "VALID")
+    ],
     Case("Conv", [img, f32(16, 3, 3, 3, seed=15), f32(16, seed=16)], {"kernel_shape": (3, 3), "pads": P1}),
     Case("Conv", [img, f32(8, 3, 1, 1, seed=17)]),
     Case("Conv", [f32(2, 4, 20), f32(5, 4, 4, seed=18)], {"strides": (3,), "pads": (2, 1)}),
-    Case("Conv", [f32(1, 2, 5, 6, 7), f32(3, 2, 2, 3, 2, seed=19)],
-         {"strides": (1, 2, 1), "pads": (1, 0, 1, 0, 1, 1)}),
-    Case("ConvTranspose", [x1, wt, b6],
-         {"group": 2, "strides": (2, 3), "pads": (1, 0, 2, 1), "output_padding": (1, 0)}),
+    Case(
+        "Conv",
+        [f32(1, 2, 5, 6, 7), f32(3, 2, 2, 3, 2, seed=19)],
+        {"strides": (1, 2, 1), "pads": (1, 0, 1, 0, 1, 1)},
+    ),
+    Case(
+        "ConvTranspose",
+        [x1, wt, b6],
+        {"group": 2, "strides": (2, 3), "pads": (1, 0, 2, 1), "output_padding": (1, 0)},
+    ),
     Case("ConvTranspose", [x1, wt, b6], {"group": 2, "strides": (2, 2), "dilations": (2, 1)}),
     Case("ConvTranspose", [x1, f32(4, 1, 3, 3, seed=20)], {"group": 4, "strides": (2, 2), "pads": P1}),
-    *[Case("ConvTranspose", [x1, wt], {"group": 2, "strides": (2, 3), "auto_pad": ap})
-      for ap in ("SAME_UPPER", "SAME_LOWER")],
-    *[Case("ConvTranspose", [x1, wt], {"group": 2, "strides": (2, 2), "auto_pad": a,
-                                       "output_shape": (18, 20)})
-      for a in ("NOTSET", "SAME_UPPER", "SAME_LOWER")],
+    *[
+        Case("ConvTranspose", [x1, wt], {"group": 2, "strides": (2, 3), "auto_pad": ap})
+        for ap in ("SAME_UPPER", "SAME_LOWER")
+    ],
+    *[
+        Case(
+            "ConvTranspose",
+            [x1, wt],
+            {"group": 2, "strides": (2, 2), "auto_pad": a, "output_shape": (18, 20)},
+        )
+        for a in ("NOTSET", "SAME_UPPER", "SAME_LOWER")
+    ],
     Case("ConvTranspose", [f32(2, 3, 7), f32(3, 2, 4, seed=21)], {"strides": (3,), "output_shape": (23,)}),
 ]
 
 POOL = [
-    *[Case(op, [pool_x], {"kernel_shape": (3, 3), "strides": (2, 2), "pads": P1, **extra})
-      for op, extra in (("MaxPool", {}), ("AveragePool", {}), ("AveragePool", {"count_include_pad": 1}))],
-    *[Case(op, [pool_x], {"kernel_shape": (3, 2), "strides": (2, 3), "pads": P_ASYM, "ceil_mode": 1, **extra})
-      for op, extra in (("MaxPool", {}), ("AveragePool", {}), ("AveragePool", {"count_include_pad": 1}))],
-    *[Case(op, [pool_x], {"kernel_shape": (3, 3), "strides": (3, 3), "ceil_mode": 1, **extra})
-      for op, extra in (("MaxPool", {}), ("AveragePool", {"count_include_pad": 1}))],
-    Case("MaxPool", [pool_x], {"kernel_shape": (3, 3), "strides": (2, 2), "dilations": (2, 2),
-                               "pads": (1, 2, 1, 1), "ceil_mode": 1}),
-    Case("AveragePool", [pool_x], {"kernel_shape": (2, 3), "dilations": (2, 1), "pads": P1,
-                                   "count_include_pad": 1}),
-    *[Case(op, [pool_x], {"kernel_shape": (3, 4), "strides": (2, 3), "auto_pad": ap})
-      for op in ("MaxPool", "AveragePool") for ap in ("SAME_UPPER", "SAME_LOWER", "VALID")],
+    *[
+        Case(op, [pool_x], {"kernel_shape": (3, 3), "strides": (2, 2), "pads": P1, **extra})
+        for op, extra in (("MaxPool", {}), ("AveragePool", {}), ("AveragePool", {"count_include_pad": 1}))
+    ],
+    *[
+        Case(
+            op, [pool_x], {"kernel_shape": (3, 2), "strides": (2, 3), "pads": P_ASYM, "ceil_mode": 1, **extra}
+        )
+        for op, extra in (("MaxPool", {}), ("AveragePool", {}), ("AveragePool", {"count_include_pad": 1}))
+    ],
+    *[
+        Case(op, [pool_x], {"kernel_shape": (3, 3), "strides": (3, 3), "ceil_mode": 1, **extra})
+        for op, extra in (("MaxPool", {}), ("AveragePool", {"count_include_pad": 1}))
+    ],
+    Case(
+        "MaxPool",
+        [pool_x],
+        {
+            "kernel_shape": (3, 3),
+            "strides": (2, 2),
+            "dilations": (2, 2),
+            "pads": (1, 2, 1, 1),
+            "ceil_mode": 1,
+        },
+    ),
+    Case(
+        "AveragePool",
+        [pool_x],
+        {"kernel_shape": (2, 3), "dilations": (2, 1), "pads": P1, "count_include_pad": 1},
+    ),
+    *[
+        Case(op, [pool_x], {"kernel_shape": (3, 4), "strides": (2, 3), "auto_pad": ap})
+        for op in ("MaxPool", "AveragePool")
+        for ap in ("SAME_UPPER", "SAME_LOWER", "VALID")
+    ],
     Case("MaxPool", [pool_x], {"kernel_shape": (3, 3), "strides": (2, 2), "pads": P1}, n_out=2),
-    Case("MaxPool", [pool_x], {"kernel_shape": (3, 2), "strides": (2, 3), "pads": P_ASYM, "ceil_mode": 1,
-                               "storage_order": 1}, n_out=2),
+    Case(
+        "MaxPool",
+        [pool_x],
+        {"kernel_shape": (3, 2), "strides": (2, 3), "pads": P_ASYM, "ceil_mode": 1, "storage_order": 1},
+        n_out=2,
+    ),
     Case("MaxPool", [f32(2, 3, 10)], {"kernel_shape": (3,), "strides": (2,), "pads": (1, 1)}, n_out=2),
     Case("MaxPool", [f32(1, 2, 5, 6, 7)], {"kernel_shape": (2, 2, 3), "strides": (2, 2, 2)}, n_out=2),
     Case("MaxPool", [q_int8], {"kernel_shape": (2, 2), "strides": (2, 2), "ceil_mode": 1}),
@@ -138,8 +180,11 @@ LINALG = [
     Case("MatMul", [f32(5), f32(5, seed=28)]),
     Case("MatMul", [np.arange(12, dtype=np.int32).reshape(3, 4), np.arange(8, dtype=np.int32).reshape(4, 2)]),
     Case("Gemm", [f32(3, 5), f32(5, 4, seed=29), f32(4, seed=30)]),
-    Case("Gemm", [f32(5, 3), f32(4, 5, seed=31), f32(3, 1, seed=32)], {"transA": 1, "transB": 1, "alpha": 0.5,
-                                                                        "beta": 2.0}),
+    Case(
+        "Gemm",
+        [f32(5, 3), f32(4, 5, seed=31), f32(3, 1, seed=32)],
+        {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0},
+    ),
     Case("Gemm", [f32(3, 5), f32(4, 5, seed=33), fl(1.5)], {"transB": 1}),
     Case("Gemm", [f32(3, 5), f32(5, 4, seed=34)], {"alpha": -1.0}),
     Case("Gemm", [f32(3, 5), f32(5, 4, seed=35), f32(1, 4, seed=36)], {"beta": 0.0}),
@@ -147,46 +192,95 @@ LINALG = [
 
 rx = f32(1, 2, 7, 9, seed=37)
 RESIZE = [
-    *[Case("Resize", [rx, None, fl(1, 1, *sc), None], {"mode": m, "coordinate_transformation_mode": cm})
-      for m in ("nearest", "linear")
-      for cm in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric")
-      for sc in ((2, 3), (0.5, 0.4), (1.7, 0.6))],
-    *[Case("Resize", [rx, None, None, i64(1, 2, *sz)], {"mode": m, "coordinate_transformation_mode": cm})
-      for m in ("nearest", "linear", "cubic")
-      for cm in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
-      for sz in ((14, 5), (1, 20), (4, 4))],
-    *[Case("Resize", [rx, None, fl(1, 1, 0.6, 1.7), None], {"mode": "nearest", "nearest_mode": nm,
-                                                             "coordinate_transformation_mode": "asymmetric"})
-      for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")],
-    Case("Resize", [rx, None, None, i64(1, 2, 4, 4)], {"mode": "nearest", "nearest_mode": "round_prefer_ceil",
-                                                       "coordinate_transformation_mode": "asymmetric"}),
-    Case("Resize", [rx, None, fl(1, 1, 2, 3), None],
-         {"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}),
-    *[Case("Resize", [rx, fl(0, 0, 0.1, -0.2, 1, 1, 0.8, 1.3), None, i64(1, 2, 5, 8)],
-           {"mode": m, "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": -7.0})
-      for m in ("nearest", "linear", "cubic")],
+    *[
+        Case("Resize", [rx, None, fl(1, 1, *sc), None], {"mode": m, "coordinate_transformation_mode": cm})
+        for m in ("nearest", "linear")
+        for cm in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric")
+        for sc in ((2, 3), (0.5, 0.4), (1.7, 0.6))
+    ],
+    *[
+        Case("Resize", [rx, None, None, i64(1, 2, *sz)], {"mode": m, "coordinate_transformation_mode": cm})
+        for m in ("nearest", "linear", "cubic")
+        for cm in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
+        for sz in ((14, 5), (1, 20), (4, 4))
+    ],
+    *[
+        Case(
+            "Resize",
+            [rx, None, fl(1, 1, 0.6, 1.7), None],
+            {"mode": "nearest", "nearest_mode": nm, "coordinate_transformation_mode": "asymmetric"},
+        )
+        for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+    ],
+    Case(
+        "Resize",
+        [rx, None, None, i64(1, 2, 4, 4)],
+        {
+            "mode": "nearest",
+            "nearest_mode": "round_prefer_ceil",
+            "coordinate_transformation_mode": "asymmetric",
+        },
+    ),
+    Case(
+        "Resize",
+        [rx, None, fl(1, 1, 2, 3), None],
+        {"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5},
+    ),
+    *[
+        Case(
+            "Resize",
+            [rx, fl(0, 0, 0.1, -0.2, 1, 1, 0.8, 1.3), None, i64(1, 2, 5, 8)],
+            {"mode": m, "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": -7.0},
+        )
+        for m in ("nearest", "linear", "cubic")
+    ],
     Case("Resize", [rx, None, None, i64(10, 4)], {"mode": "linear", "axes": (3, 2)}),
     Case("Resize", [rx, None, fl(1.5, 0.5), None], {"axes": (-1, -2)}),
-    *[Case("Resize", [rx, None, None, i64(10, 13)], {"axes": (2, 3), "keep_aspect_ratio_policy": p})
-      for p in ("not_larger", "not_smaller")],
-    *[Case("Resize", [f32(1, 2, 17, 19, seed=38), None, fl(1, 1, 0.5, 0.3), None],
-           {"mode": m, "antialias": 1})
-      for m in ("linear", "cubic")],
+    *[
+        Case("Resize", [rx, None, None, i64(10, 13)], {"axes": (2, 3), "keep_aspect_ratio_policy": p})
+        for p in ("not_larger", "not_smaller")
+    ],
+    *[
+        Case(
+            "Resize",
+            [f32(1, 2, 17, 19, seed=38), None, fl(1, 1, 0.5, 0.3), None],
+            {"mode": m, "antialias": 1},
+        )
+        for m in ("linear", "cubic")
+    ],
     Case("Resize", [np.arange(63, dtype=np.uint8).reshape(1, 1, 7, 9), None, fl(1, 1, 2, 0.5), None]),
     Case("Resize", [f32(1, 2, 3, 4, 5), None, fl(1, 1, 2, 1.5, 0.6), None], {"mode": "linear"}),
 ]
 
 ax = f32(2, 5, 6, 7, seed=39)
 REDUCE = [
-    *[Case(op, [pos(2, 5, 6, 7) * 0.9, axes], {"keepdims": kd, "noop_with_empty_axes": noop})
-      for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                 "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
-      for axes, kd, noop in ((None, 1, 0), (i64(1, -1), 0, 0), (i64(), 1, 1), (i64(2), 1, 0))],
+    *[
+        Case(op, [pos(2, 5, 6, 7) * 0.9, axes], {"keepdims": kd, "noop_with_empty_axes": noop})
+        for op in (
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceSumSquare",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+        )
+        for axes, kd, noop in ((None, 1, 0), (i64(1, -1), 0, 0), (i64(), 1, 1), (i64(2), 1, 0))
+    ],
     Case("ReduceSum", [np.arange(24, dtype=np.int64).reshape(2, 3, 4), i64(1)], {"keepdims": 0}),
     *[Case(op, [ax], {"axis": a}) for op in ("Softmax", "LogSoftmax") for a in (-1, 1, 0)],
-    *[Case(op, [np.random.default_rng(40).integers(0, 3, (3, 4, 5)).astype(np.int32)],
-           {"axis": a, "keepdims": kd, "select_last_index": sl})
-      for op in ("ArgMax", "ArgMin") for a, kd, sl in ((0, 1, 0), (-1, 0, 1), (1, 1, 1))],
+    *[
+        Case(
+            op,
+            [np.random.default_rng(40).integers(0, 3, (3, 4, 5)).astype(np.int32)],
+            {"axis": a, "keepdims": kd, "select_last_index": sl},
+        )
+        for op in ("ArgMax", "ArgMin")
+        for a, kd, sl in ((0, 1, 0), (-1, 0, 1), (1, 1, 1))
+    ],
     Case("ArgMax", [ax], {"axis": 1, "keepdims": 0}),
 ]
 
@@ -197,17 +291,35 @@ QUANT = [
     Case("QuantizeLinear", [q_x, scale4, zp4], {"axis": 1}),
     Case("QuantizeLinear", [q_x, scale4 * 3], {"axis": 1, "output_dtype": 3}),
     Case("QuantizeLinear", [q_x, (pos(6, seed=41) * 0.05), np.full(6, 120, np.uint8)], {"axis": -1}),
-    Case("QuantizeLinear", [q_x, pos(2, 4, 5, 2, seed=42) * 0.05,
-                            np.random.default_rng(43).integers(-5, 5, (2, 4, 5, 2)).astype(np.int8)],
-         {"axis": 3, "block_size": 4}),
+    Case(
+        "QuantizeLinear",
+        [
+            q_x,
+            pos(2, 4, 5, 2, seed=42) * 0.05,
+            np.random.default_rng(43).integers(-5, 5, (2, 4, 5, 2)).astype(np.int8),
+        ],
+        {"axis": 3, "block_size": 4},
+    ),
     Case("DequantizeLinear", [q_int8, fl(0.02), np.array([3], np.int8)]),
     Case("DequantizeLinear", [q_int8, scale4, zp4], {"axis": 1}),
     Case("DequantizeLinear", [q_int8.astype(np.uint8), np.float32(0.02)]),
-    Case("DequantizeLinear", [np.random.default_rng(44).integers(-10**5, 10**5, (3, 4)).astype(np.int32),
-                              pos(4, seed=45) * 0.01], {"axis": 1}),
-    Case("DequantizeLinear", [q_int8, pos(2, 4, 5, 2, seed=46) * 0.05,
-                              np.random.default_rng(47).integers(-5, 5, (2, 4, 5, 2)).astype(np.int8)],
-         {"axis": -1, "block_size": 4}),
+    Case(
+        "DequantizeLinear",
+        [
+            np.random.default_rng(44).integers(-(10**5), 10**5, (3, 4)).astype(np.int32),
+            pos(4, seed=45) * 0.01,
+        ],
+        {"axis": 1},
+    ),
+    Case(
+        "DequantizeLinear",
+        [
+            q_int8,
+            pos(2, 4, 5, 2, seed=46) * 0.05,
+            np.random.default_rng(47).integers(-5, 5, (2, 4, 5, 2)).astype(np.int8),
+        ],
+        {"axis": -1, "block_size": 4},
+    ),
 ]
 
 CASES = CONV + POOL + NORM + LINALG + RESIZE + REDUCE + QUANT
@@ -245,8 +357,12 @@ BAD: list[tuple[str, list[Any], dict[str, Any], str]] = [
     ("Conv", [f32(1, 4, 8, 8), f32(6, 4, 3, 3)], {"auto_pad": "SAME"}, "auto_pad"),
     ("Conv", [f32(4, 8), f32(6, 4, 3)], {}, "rank"),
     ("ConvTranspose", [f32(1, 4, 8, 8), f32(3, 2, 3, 3)], {}, "channels"),
-    ("ConvTranspose", [f32(1, 4, 8, 8), f32(4, 2, 3, 3)], {"strides": (2, 2), "output_padding": (2, 0)},
-     "output_padding"),
+    (
+        "ConvTranspose",
+        [f32(1, 4, 8, 8), f32(4, 2, 3, 3)],
+        {"strides": (2, 2), "output_padding": (2, 0)},
+        "output_padding",
+    ),
     ("MaxPool", [f32(1, 2, 8, 8)], {}, "kernel_shape"),
     ("MaxPool", [f32(1, 2, 8, 8)], {"kernel_shape": (3, 3), "pads": (3, 0, 0, 0)}, "smaller than the kernel"),
     ("MaxPool", [f32(1, 2, 2, 2)], {"kernel_shape": (3, 3)}, "does not fit"),
@@ -265,8 +381,12 @@ BAD: list[tuple[str, list[Any], dict[str, Any], str]] = [
     ("Resize", [rx, None, fl(2, 2), None], {}, "2 scales/sizes for 4 axes"),
     ("Resize", [rx, None, fl(1, 1, 2, 0), None], {}, "> 0"),
     ("Resize", [rx, None, fl(1, 1, 2, 2), None], {"mode": "bilinear"}, "mode"),
-    ("Resize", [rx, None, None, i64(1, 2, 4, 4)], {"coordinate_transformation_mode": "tf_crop_and_resize"},
-     "roi"),
+    (
+        "Resize",
+        [rx, None, None, i64(1, 2, 4, 4)],
+        {"coordinate_transformation_mode": "tf_crop_and_resize"},
+        "roi",
+    ),
     ("ReduceSum", [ax, i64(4)], {}, "out of range"),
     ("ReduceMean", [ax, i64(1, -3)], {}, "repeated"),
     ("Softmax", [ax], {"axis": 4}, "out of range"),
@@ -305,14 +425,26 @@ def test_symbolic_dims_stay_symbolic() -> None:
     assert _node_type("Conv", [hw, w], {"pads": P1})[0].shape == ("N", 16, "H", "W")
     assert _node_type("Conv", [hw, w], {"auto_pad": "SAME_UPPER"})[0].shape == ("N", 16, "H", "W")
     assert _node_type("Conv", [hw, w], {"auto_pad": "SAME_UPPER", "strides": (2, 2)})[0].shape == (
-        "N", 16, "ceil(H/2)", "ceil(W/2)")
+        "N",
+        16,
+        "ceil(H/2)",
+        "ceil(W/2)",
+    )
     assert _node_type("Conv", [hw, w], {"strides": (2, 2), "pads": P1})[0].shape == (
-        "N", 16, "floor((H-1)/2)+1", "floor((W-1)/2)+1")
+        "N",
+        16,
+        "floor((H-1)/2)+1",
+        "floor((W-1)/2)+1",
+    )
     assert _node_type("Conv", [hw, w])[0].shape == ("N", 16, "H-2", "W-2")
     (ct,) = _node_type("ConvTranspose", [hw, f32(3, 4, 2, 2)], {"strides": (2, 2)})
     assert ct.shape == ("N", 4, "2*H", "2*W")
     assert _node_type("MaxPool", [hw], {"kernel_shape": (2, 2), "strides": (2, 2)})[0].shape == (
-        "N", 3, "floor((H-2)/2)+1", "floor((W-2)/2)+1")
+        "N",
+        3,
+        "floor((H-2)/2)+1",
+        "floor((W-2)/2)+1",
+    )
     assert _node_type("GlobalAveragePool", [hw])[0].shape == ("N", 3, 1, 1)
     assert _node_type("BatchNormalization", [hw, *[fl(1, 1, 1)] * 4])[0].shape == ("N", 3, "H", "W")
     assert _node_type("Resize", [hw, None, fl(1, 1, 2, 2)])[0].shape == ("N", 3, "2*H", "2*W")
@@ -345,11 +477,26 @@ def test_policies() -> None:
         assert get_op(name).quant is QuantPolicy.WEIGHTED, name
     for name in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
         assert get_op(name).quant is QuantPolicy.ACTIVATION, name
-    for name in ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Resize",
-                 "BatchNormalization", "InstanceNormalization", "LRN"):
+    for name in (
+        "Conv",
+        "ConvTranspose",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Resize",
+        "BatchNormalization",
+        "InstanceNormalization",
+        "LRN",
+    ):
         assert get_op(name).layout is Layout.SPATIAL, name
-    for name in ("QuantizeLinear", "DequantizeLinear", "Softmax", "ReduceMean", "BatchNormalization",
-                 "Resize"):
+    for name in (
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "Softmax",
+        "ReduceMean",
+        "BatchNormalization",
+        "Resize",
+    ):
         assert get_op(name).quant is QuantPolicy.NONE, name
     assert get_op("MaxPool").outputs == (1, 2)
     assert get_op("BatchNormalization").inputs == (5, 5)
@@ -365,10 +512,13 @@ def test_small_cnn_runs_through_the_interpreter() -> None:
     def op(name: str, ins: list[Any], attrs: dict[str, Any] | None = None) -> Any:
         return g.value(g.add_node(name, ins, attrs))
 
-    y = op("Conv", [x, c(f32(8, 3, 3, 3, seed=50) * 0.3), c(f32(8, seed=51))],
-           {"strides": (2, 2), "pads": P1})
-    y = op("BatchNormalization", [y, c(ch5[0].repeat(2)[:8]), c(f32(8, seed=52)), c(f32(8, seed=53)),
-                                  c(pos(8, seed=54))])
+    y = op(
+        "Conv", [x, c(f32(8, 3, 3, 3, seed=50) * 0.3), c(f32(8, seed=51))], {"strides": (2, 2), "pads": P1}
+    )
+    y = op(
+        "BatchNormalization",
+        [y, c(ch5[0].repeat(2)[:8]), c(f32(8, seed=52)), c(f32(8, seed=53)), c(pos(8, seed=54))],
+    )
     y = op("Relu", [y])
     y = op("MaxPool", [y], {"kernel_shape": (3, 3), "strides": (2, 2), "pads": P1})
     q = op("QuantizeLinear", [y, c(fl(0.05)), c(np.array(0, np.uint8))])

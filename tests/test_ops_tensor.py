@@ -149,7 +149,7 @@ CASES = [
     Case("Cast", [f32((3,)).astype(np.float64)], {"to": int(DType.FLOAT32)}),
     Case("Cast", [np.array([-1, 0, 7], np.int32)], {"to": int(DType.BOOL)}),
     Case("Cast", [np.array([300, -1, 255], np.int64)], {"to": int(DType.UINT8)}),
-    Case("Cast", [np.array([1.5, -1e5, 2.0 ** -20, 1 / 3], np.float64)], {"to": int(DType.FLOAT16)}),
+    Case("Cast", [np.array([1.5, -1e5, 2.0**-20, 1 / 3], np.float64)], {"to": int(DType.FLOAT16)}),
     Case("CastLike", [np.array([-2.7, 0.5, 3.9], np.float32), np.zeros(1, np.int64)]),
     Case("Dropout", [x234]),
     Case("Dropout", [x234, np.float32(0.3), np.array(False)], n_out=2),
@@ -160,14 +160,18 @@ CASES = [
     Case("NonZero", [np.array([[True, False], [False, True]])], consts=(0,)),
     Case("NonZero", [np.array(3, np.int32)], consts=(0,)),
     # ----- logic
-    *[Case(op, [ints((2, 3)), ints((3,), 1)], consts=()) for op in
-      ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")],
+    *[
+        Case(op, [ints((2, 3)), ints((3,), 1)], consts=())
+        for op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
+    ],
     Case("Less", [f32((2, 1)), f32((1, 3), 1)], consts=()),
     Case("Not", [bools((2, 3))]),
     *[Case(op, [bools((2, 3)), bools((2, 1), 1)], consts=()) for op in ("And", "Or", "Xor")],
     *[Case(op, [f32((2, 3))], consts=()) for op in ("Min", "Max", "Sum", "Mean")],
-    *[Case(op, [f32((2, 3)), f32((3,), 1), f32((2, 1), 2)], consts=(), tol=(1e-6, 1e-6))
-      for op in ("Min", "Max", "Sum", "Mean")],
+    *[
+        Case(op, [f32((2, 3)), f32((3,), 1), f32((2, 1), 2)], consts=(), tol=(1e-6, 1e-6))
+        for op in ("Min", "Max", "Sum", "Mean")
+    ],
     Case("Max", [ints((2, 3)), ints((1,), 1)], consts=()),
     Case("Mean", [np.array([1, 2], np.float16), np.array([3.3, 0.1], np.float16)], consts=()),
     Case("Mean", [np.array(v, np.float16) for v in ([1, 2], [3.3], [0.1])], consts=()),
@@ -414,12 +418,19 @@ _BOUND = st.one_of(st.integers(-8, 8), st.sampled_from([I64_MAX, I64_MIN, 2**31 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(
-    dim=st.integers(0, 6), start=_BOUND, end=_BOUND,
+    dim=st.integers(0, 6),
+    start=_BOUND,
+    end=_BOUND,
     step=st.sampled_from([1, 2, 3, -1, -2, -5, I64_MAX, I64_MIN]),
 )
 def test_slice_matches_onnxruntime_on_random_bounds(dim: int, start: int, end: int, step: int) -> None:
-    inputs: list[np.ndarray | None] = [np.arange(dim * 2, dtype=np.float32).reshape(dim, 2),
-                                       i64(start), i64(end), i64(0), i64(step)]
+    inputs: list[np.ndarray | None] = [
+        np.arange(dim * 2, dtype=np.float32).reshape(dim, 2),
+        i64(start),
+        i64(end),
+        i64(0),
+        i64(step),
+    ]
     (expected,) = run_ort("Slice", inputs)
     op = get_op("Slice")
     (got,) = op.reference(inputs, op.make_attrs({}), 1)

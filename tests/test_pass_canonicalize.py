@@ -126,8 +126,13 @@ def test_clip_to_relu(body: str, op: str) -> None:
 
 @pytest.mark.parametrize("b_shape", [(5,), (1, 5)])
 def test_matmul_add_to_gemm(b_shape: tuple[int, ...]) -> None:
-    m = _model("p = MatMul(x, w)\n y = Add(b, p)", "float[3,8] x", "float[3,5] y",
-               w=rand(8, 5, seed=2), b=rand(*b_shape, seed=3))
+    m = _model(
+        "p = MatMul(x, w)\n y = Add(b, p)",
+        "float[3,8] x",
+        "float[3,5] y",
+        w=rand(8, 5, seed=2),
+        b=rand(*b_shape, seed=3),
+    )
     g = assert_pass_matches_ort(m, ["canonicalize"], {"x": rand(3, 8, seed=4)}, max_rel=TOL)
     assert op_counts(g) == {"Gemm": 1}
     _assert_idempotent(m)

@@ -20,7 +20,9 @@ def test_fold_constants_folds_weight_arithmetic() -> None:
              t = Add(s, c)
              y = Mul(x, t)
            }""",
-        a=rand(1, 3, 1, 1, seed=2), b=rand(1, 3, 1, 1, seed=3), c=rand(1, 3, 1, 1, seed=4),
+        a=rand(1, 3, 1, 1, seed=2),
+        b=rand(1, 3, 1, 1, seed=3),
+        c=rand(1, 3, 1, 1, seed=4),
     )
     g = assert_pass_matches_ort(m, ["fold-constants", "eliminate-dead-nodes"], X)
     assert op_counts(g) == {"Mul": 1}
@@ -34,7 +36,9 @@ def test_fold_constants_must_not_fire_on_random_or_large_outputs() -> None:
              y = Add(x, r)
              z = Expand(one, shp)
            }""",
-        c=np.zeros((1, 3, 1, 1), np.float32), one=np.ones((1, 1), np.float32), shp=np.array([128, 128], np.int64),
+        c=np.zeros((1, 3, 1, 1), np.float32),
+        one=np.ones((1, 1), np.float32),
+        shp=np.array([128, 128], np.int64),
     )
     g = load_onnx(m)
     res = run_passes(g, ["fold-constants{max_elements=1000}"])
@@ -76,10 +80,15 @@ def test_eliminate_identities_golden() -> None:
              v = Squeeze(u, ax)
              y = Relu(v)
            }""",
-        s1=np.array([2, 48], np.int64), s2=np.array([2, 3, 4, 4], np.int64), ax=np.array([0], np.int64),
+        s1=np.array([2, 48], np.int64),
+        s2=np.array([2, 3, 4, 4], np.int64),
+        ax=np.array([0], np.int64),
     )
     g = assert_pass_matches_ort(m, ["eliminate-identities", "eliminate-dead-nodes"], X)
-    assert print_graph(g) == "graph g(\n  %x: f32[2,3,4,4],\n) {\n  %y = Relu(%x) : f32[2,3,4,4]\n  return %y\n}\n"
+    assert (
+        print_graph(g)
+        == "graph g(\n  %x: f32[2,3,4,4],\n) {\n  %y = Relu(%x) : f32[2,3,4,4]\n  return %y\n}\n"
+    )
     assert not run_passes(g, ["eliminate-identities"]).changed
 
 
@@ -101,7 +110,8 @@ def test_eliminate_identities_must_not_fire() -> None:
              t = Transpose<perm=[0,2,3,1]>(x)
              t2 = Relu(t)
            }""",
-        r=np.array(0.5, np.float32), tm=np.array(False),
+        r=np.array(0.5, np.float32),
+        tm=np.array(False),
     )
     g = load_onnx(m)
     ctx = PassContext()

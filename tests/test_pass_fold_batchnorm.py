@@ -62,10 +62,17 @@ CONVS = {
     "depthwise": ("Conv<group=4, pads=[1,1,1,1]>(x, w)", (8, 1, 3, 3), False, (1, 4, 8, 8), (1, 8, 8, 8)),
     "conv1d": ("Conv<pads=[1,1]>(x, w, b)", (6, 4, 3), True, (1, 4, 10), (1, 6, 10)),
     "conv-transpose": (
-        "ConvTranspose<strides=[2,2]>(x, w, b)", (4, 6, 3, 3), True, (1, 4, 5, 5), (1, 6, 11, 11),
+        "ConvTranspose<strides=[2,2]>(x, w, b)",
+        (4, 6, 3, 3),
+        True,
+        (1, 4, 5, 5),
+        (1, 6, 11, 11),
     ),
     "conv-transpose-grouped": (
-        "ConvTranspose<group=2, strides=[2,2], pads=[1,1,1,1]>(x, w)", (4, 3, 3, 3), False, (1, 4, 5, 5),
+        "ConvTranspose<group=2, strides=[2,2], pads=[1,1,1,1]>(x, w)",
+        (4, 3, 3, 3),
+        False,
+        (1, 4, 5, 5),
         (1, 6, 9, 9),
     ),
 }
@@ -105,14 +112,19 @@ def test_gemm_bn_folds(gemm: str, w_shape: tuple[int, ...], cc: tuple[int, ...] 
 
 
 def test_matmul_bn_becomes_gemm() -> None:
-    m = _model("(float[3,8] a) => (float[3,5] y)", f"c = MatMul(a, w)\n y = {BN.format('c')}",
-               w=rand(8, 5, seed=2), **_bn_params(5))
+    m = _model(
+        "(float[3,8] a) => (float[3,5] y)",
+        f"c = MatMul(a, w)\n y = {BN.format('c')}",
+        w=rand(8, 5, seed=2),
+        **_bn_params(5),
+    )
     _check(m, {"Gemm": 1})
 
 
 def test_bn_elsewhere_becomes_per_channel_mul_add() -> None:
-    m = _model("(float[1,4,6,6] x) => (float[1,4,6,6] y)", f"r = Relu(x)\n y = {BN.format('r')}",
-               **_bn_params(4))
+    m = _model(
+        "(float[1,4,6,6] x) => (float[1,4,6,6] y)", f"r = Relu(x)\n y = {BN.format('r')}", **_bn_params(4)
+    )
     g = _check(m, {"Relu": 1, "Mul": 1, "Add": 1})
     text = print_graph(g, constants=False)
     assert "%y_scale = Mul(%r, %y_k) : f32[1,4,6,6]" in text
@@ -121,9 +133,13 @@ def test_bn_elsewhere_becomes_per_channel_mul_add() -> None:
 
 
 def test_per_channel_mul_add_after_conv_fold() -> None:
-    m = _model("(float[1,4,8,8] x) => (float[1,6,8,8] y)",
-               "c = Conv<pads=[1,1,1,1]>(x, w)\n s = Mul(c, k)\n y = Add(t, s)",
-               w=rand(6, 4, 3, 3, seed=2), k=rand(1, 6, 1, 1, seed=3), t=rand(6, 1, 1, seed=4))
+    m = _model(
+        "(float[1,4,8,8] x) => (float[1,6,8,8] y)",
+        "c = Conv<pads=[1,1,1,1]>(x, w)\n s = Mul(c, k)\n y = Add(t, s)",
+        w=rand(6, 4, 3, 3, seed=2),
+        k=rand(1, 6, 1, 1, seed=3),
+        t=rand(6, 1, 1, seed=4),
+    )
     g = _check(m, {"Conv": 1})
     assert print_graph(g, constants=False) == (
         "graph g(\n  %x: f32[1,4,8,8],\n) {\n"
@@ -135,33 +151,47 @@ def test_per_channel_mul_add_after_conv_fold() -> None:
 @pytest.mark.parametrize(("group", "w_shape"), [(1, (6, 4, 3, 3)), (2, (6, 2, 3, 3)), (4, (8, 1, 3, 3))])
 def test_per_channel_mul_before_conv_folds_with_padding(group: int, w_shape: tuple[int, ...]) -> None:
     out = w_shape[0]
-    m = _model(f"(float[1,4,8,8] x) => (float[1,{out},8,8] y)",
-               f"s = Mul(k, x)\n y = Conv<group={group}, pads=[1,1,1,1]>(s, w, b)",
-               w=rand(*w_shape, seed=2), b=rand(out, seed=3), k=rand(4, 1, 1, seed=4))
+    m = _model(
+        f"(float[1,4,8,8] x) => (float[1,{out},8,8] y)",
+        f"s = Mul(k, x)\n y = Conv<group={group}, pads=[1,1,1,1]>(s, w, b)",
+        w=rand(*w_shape, seed=2),
+        b=rand(out, seed=3),
+        k=rand(4, 1, 1, seed=4),
+    )
     _check(m, {"Conv": 1})
 
 
 @pytest.mark.parametrize(("group", "w_shape"), [(1, (6, 4, 3, 3)), (4, (8, 1, 3, 3))])
 def test_per_channel_add_before_unpadded_conv_folds(group: int, w_shape: tuple[int, ...]) -> None:
     out = w_shape[0]
-    m = _model(f"(float[1,4,8,8] x) => (float[1,{out},3,3] y)",
-               f"s = Add(x, t)\n y = Conv<group={group}, strides=[2,2]>(s, w)",
-               w=rand(*w_shape, seed=2), t=rand(1, 4, 1, 1, seed=4))
+    m = _model(
+        f"(float[1,4,8,8] x) => (float[1,{out},3,3] y)",
+        f"s = Add(x, t)\n y = Conv<group={group}, strides=[2,2]>(s, w)",
+        w=rand(*w_shape, seed=2),
+        t=rand(1, 4, 1, 1, seed=4),
+    )
     _check(m, {"Conv": 1})
 
 
 def test_bn_before_unpadded_conv_folds_completely() -> None:
-    m = _model("(float[1,4,8,8] x) => (float[1,6,6,6] y)",
-               f"r = Relu(x)\n n = {BN.format('r')}\n y = Conv(n, w, b)",
-               w=rand(6, 4, 3, 3, seed=2), b=rand(6, seed=3), **_bn_params(4))
+    m = _model(
+        "(float[1,4,8,8] x) => (float[1,6,6,6] y)",
+        f"r = Relu(x)\n n = {BN.format('r')}\n y = Conv(n, w, b)",
+        w=rand(6, 4, 3, 3, seed=2),
+        b=rand(6, seed=3),
+        **_bn_params(4),
+    )
     _check(m, {"Relu": 1, "Conv": 1})
 
 
 # ------------------------------------------------------------------ must not fire
 def test_must_not_fire_conv_output_with_second_user() -> None:
-    m = _model("(float[1,4,8,8] x) => (float[1,6,8,8] y, float[1,6,8,8] z)",
-               f"c = Conv<pads=[1,1,1,1]>(x, w)\n y = {BN.format('c')}\n z = Relu(c)",
-               w=rand(6, 4, 3, 3, seed=2), **_bn_params(6))
+    m = _model(
+        "(float[1,4,8,8] x) => (float[1,6,8,8] y, float[1,6,8,8] z)",
+        f"c = Conv<pads=[1,1,1,1]>(x, w)\n y = {BN.format('c')}\n z = Relu(c)",
+        w=rand(6, 4, 3, 3, seed=2),
+        **_bn_params(6),
+    )
     reasons, counts = _misses(m)
     assert ("conv-bn", "conv output has other users") in reasons
     assert counts == {"Conv": 1, "Mul": 1, "Add": 1, "Relu": 1}  # the BN still becomes an affine
@@ -185,28 +215,43 @@ def test_must_not_fire_non_constant_weights_and_parameters() -> None:
 
 
 def test_must_not_fire_matmul() -> None:
-    m = _model("(float[3,8] a, float[8,5] w) => (float[3,5] y)", f"c = MatMul(a, w)\n y = {BN.format('c')}",
-               **_bn_params(5))
+    m = _model(
+        "(float[3,8] a, float[8,5] w) => (float[3,5] y)",
+        f"c = MatMul(a, w)\n y = {BN.format('c')}",
+        **_bn_params(5),
+    )
     reasons, _ = _misses(m)
     assert ("matmul-bn", "weights are not constant") in reasons
-    m = _model("(float[2,3,8] a) => (float[2,3,5] y)", f"c = MatMul(a, w)\n y = {BN.format('c')}",
-               w=rand(8, 5, seed=2), **_bn_params(3))
+    m = _model(
+        "(float[2,3,8] a) => (float[2,3,5] y)",
+        f"c = MatMul(a, w)\n y = {BN.format('c')}",
+        w=rand(8, 5, seed=2),
+        **_bn_params(3),
+    )
     reasons, counts = _misses(m)
     assert ("matmul-bn", "input is not 2-D (BN axis 1 is not W's column axis)") in reasons
     assert counts == {"MatMul": 1, "Mul": 1, "Add": 1}
 
 
 def test_must_not_fire_add_before_padded_conv() -> None:
-    m = _model("(float[1,4,8,8] x) => (float[1,6,8,8] y)", "s = Add(x, t)\n y = Conv<pads=[1,1,1,1]>(s, w)",
-               w=rand(6, 4, 3, 3, seed=2), t=rand(4, 1, 1, seed=4))
+    m = _model(
+        "(float[1,4,8,8] x) => (float[1,6,8,8] y)",
+        "s = Add(x, t)\n y = Conv<pads=[1,1,1,1]>(s, w)",
+        w=rand(6, 4, 3, 3, seed=2),
+        t=rand(4, 1, 1, seed=4),
+    )
     reasons, counts = _misses(m)
     assert ("add-conv", "conv pads with zeros") in reasons
     assert counts == {"Add": 1, "Conv": 1}
 
 
 def test_must_not_fire_per_pixel_mul_after_conv() -> None:
-    m = _model("(float[1,4,8,8] x) => (float[1,6,8,8] y)", "c = Conv<pads=[1,1,1,1]>(x, w)\n y = Mul(c, k)",
-               w=rand(6, 4, 3, 3, seed=2), k=rand(1, 1, 8, 8, seed=3))
+    m = _model(
+        "(float[1,4,8,8] x) => (float[1,6,8,8] y)",
+        "c = Conv<pads=[1,1,1,1]>(x, w)\n y = Mul(c, k)",
+        w=rand(6, 4, 3, 3, seed=2),
+        k=rand(1, 1, 8, 8, seed=3),
+    )
     reasons, counts = _misses(m)
     assert ("conv-mul", "the constant is not per-channel") in reasons
     assert counts == {"Conv": 1, "Mul": 1}

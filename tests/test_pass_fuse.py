@@ -36,8 +36,12 @@ def test_conv_bias_act_fuses_and_matches_ort(act: str) -> None:
              c = Add(c0, b)
              y = {expr}
            }}""",
-        w=W, b=B.reshape(1, 4, 1, 1), lo=np.array(-0.5, np.float32), hi=np.array(0.7, np.float32),
-        zero=np.array(0, np.float32), six=np.array(6, np.float32),
+        w=W,
+        b=B.reshape(1, 4, 1, 1),
+        lo=np.array(-0.5, np.float32),
+        hi=np.array(0.7, np.float32),
+        zero=np.array(0, np.float32),
+        six=np.array(6, np.float32),
     )
     g = assert_pass_matches_ort(m, ["fuse-conv-bias-act"], X)
     assert op_counts(g) == {"kiln::FusedConv": 1}
@@ -53,7 +57,8 @@ def test_golden_ir_with_residual() -> None:
              s = Add(x, c)
              y = Relu(s)
            }""",
-        w=rand(3, 3, 3, 3, seed=4, scale=0.3), b=rand(3, seed=5),
+        w=rand(3, 3, 3, 3, seed=4, scale=0.3),
+        b=rand(3, seed=5),
     )
     g = assert_pass_matches_ort(m, ["fuse-conv-bias-act{residual=true}"], X)
     assert print_graph(g, constants=False) == (
@@ -101,7 +106,8 @@ def test_non_channel_bias_is_not_folded() -> None:
              c = Conv<pads=[1,1,1,1]>(x, w)
              y = Add(c, b)
            }""",
-        w=W, b=rand(1, 1, 8, 8, seed=9),
+        w=W,
+        b=rand(1, 1, 8, 8, seed=9),
     )
     g = load_onnx(m)
     ctx = PassContext()

@@ -30,16 +30,24 @@ def chain() -> Graph:
 
 def test_every_builtin_pass_is_registered_with_a_doc() -> None:
     passes = all_passes()
-    for name in ("fold-constants", "eliminate-dead-nodes", "eliminate-identities", "canonicalize",
-                 "fold-batchnorm", "fuse-conv-bias-act"):
+    for name in (
+        "fold-constants",
+        "eliminate-dead-nodes",
+        "eliminate-identities",
+        "canonicalize",
+        "fold-batchnorm",
+        "fuse-conv-bias-act",
+    ):
         assert name in passes
         assert passes[name].doc(), name
         assert passes[name].__module__ == "passes." + name.replace("-", "_")
 
 
 def test_pipeline_string_with_options() -> None:
-    ps = parse_pipeline("fold-constants{max_elements=10,max_growth=2.5}, eliminate-dead-nodes,"
-                        "fuse-conv-bias-act{residual=true}")
+    ps = parse_pipeline(
+        "fold-constants{max_elements=10,max_growth=2.5}, eliminate-dead-nodes,"
+        "fuse-conv-bias-act{residual=true}"
+    )
     assert [p.name for p in ps] == ["fold-constants", "eliminate-dead-nodes", "fuse-conv-bias-act"]
     assert ps[0].max_elements == 10 and ps[0].max_growth == 2.5  # type: ignore[attr-defined]
     assert ps[2].residual is True  # type: ignore[attr-defined]
@@ -48,9 +56,13 @@ def test_pipeline_string_with_options() -> None:
 
 @pytest.mark.parametrize(
     ("text", "msg"),
-    [("no-such-pass", "unknown pass"), ("fold-constants{bogus=1}", "no option 'bogus'"),
-     ("fold-constants{max_elements=ten}", "not a valid int"), ("fold-constants{max_elements=1", "missing '}'"),
-     ("", "names no pass")],
+    [
+        ("no-such-pass", "unknown pass"),
+        ("fold-constants{bogus=1}", "no option 'bogus'"),
+        ("fold-constants{max_elements=ten}", "not a valid int"),
+        ("fold-constants{max_elements=1", "missing '}'"),
+        ("", "names no pass"),
+    ],
 )
 def test_bad_pipeline_strings(text: str, msg: str) -> None:
     with pytest.raises(OptionError, match=msg):
@@ -126,13 +138,17 @@ def test_numerics_instrument_names_first_bad_pass() -> None:
     feeds = {"x": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)}
     check = NumericsCheck(feeds, max_rel=1e-6)
     with pytest.raises(NumericsRegression, match="test-negate"):
-        PassManager(["eliminate-identities", "test-negate", "eliminate-dead-nodes"], instruments=[check]).run(chain())
+        PassManager(["eliminate-identities", "test-negate", "eliminate-dead-nodes"], instruments=[check]).run(
+            chain()
+        )
     assert check.first_failure == "test-negate"
 
 
 def test_timing_and_dump_instruments(tmp_path: Path) -> None:
     timing = PassTiming()
-    PassManager(["eliminate-identities", "eliminate-dead-nodes"], instruments=[timing, DumpIR(tmp_path)]).run(chain())
+    PassManager(["eliminate-identities", "eliminate-dead-nodes"], instruments=[timing, DumpIR(tmp_path)]).run(
+        chain()
+    )
     assert [n for n, _ in timing.timings] == ["eliminate-identities", "eliminate-dead-nodes"]
     assert "total" in timing.report()
     names = sorted(p.name for p in tmp_path.iterdir())

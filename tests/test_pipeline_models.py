@@ -46,7 +46,9 @@ def test_default_pipeline_on_shared_model(stem: str) -> None:
     PassManager(pipeline("default")).run(graph)
     counts = op_counts(graph)
     assert counts["BatchNormalization"] == 0
-    fused = [n for n in graph.ops() if n.domain == KILN and n.op == "FusedConv" and n.attrs.activation != "none"]
+    fused = [
+        n for n in graph.ops() if n.domain == KILN and n.op == "FusedConv" and n.attrs.activation != "none"
+    ]
     assert len(fused) == FUSED_WITH_ACTIVATION[stem]
     assert unfused_conv_activations(graph) == []
     feeds = dict(np.load(MODELS / "data" / f"{stem}.npz"))

@@ -91,8 +91,11 @@ def _attribute(name: str, value: Any, kind: str, where: str) -> onnx.AttributePr
     if isinstance(value, tuple | list):
         items = [v.value if isinstance(v, enum.Enum) else v for v in value]
         if not kind:
-            kind = "floats" if any(isinstance(v, float) for v in items) else (
-                "strs" if any(isinstance(v, str) for v in items) else "ints")
+            kind = (
+                "floats"
+                if any(isinstance(v, float) for v in items)
+                else ("strs" if any(isinstance(v, str) for v in items) else "ints")
+            )
         if kind == "ints":
             return helper.make_attribute(name, [int(v) for v in items], attr_type=A.INTS)
         if kind == "floats":

@@ -7,6 +7,14 @@ from compiler.ir.types import DType, TensorType
 from compiler.ir.verifier import VerificationError, verify
 
 __all__ = [
-    "Graph", "GraphError", "Node", "Value", "DType", "TensorType", "print_graph", "run_graph", "verify",
+    "Graph",
+    "GraphError",
+    "Node",
+    "Value",
+    "DType",
+    "TensorType",
+    "print_graph",
+    "run_graph",
+    "verify",
     "VerificationError",
 ]

@@ -110,7 +110,9 @@ def _freeze(array: np.ndarray) -> np.ndarray:
 def array_digest(array: np.ndarray) -> str:
     """A content digest of an array (dtype, shape and bytes)."""
     h = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
-    h.update(np.ascontiguousarray(array).tobytes() if array.dtype != object else repr(array.tolist()).encode())
+    h.update(
+        np.ascontiguousarray(array).tobytes() if array.dtype != object else repr(array.tolist()).encode()
+    )
     return h.hexdigest()
 
 
@@ -133,7 +135,7 @@ class Graph:
     def node(self, node_id: int) -> Node:
         """The node with this id."""
         try:
-            return self._g.nodes[node_id]["node"]  # type: ignore[no-any-return]
+            return self._g.nodes[node_id]["node"]
         except KeyError:
             raise GraphError(f"no node #{node_id} in graph {self.name!r}") from None
 
@@ -212,7 +214,7 @@ class Graph:
         """The read-only array of a constant value, else None."""
         n = self.node(value.node)
         if n.op == CONSTANT_OP and not n.domain:
-            return n.attrs.value  # type: ignore[no-any-return]
+            return n.attrs.value
         return None
 
     def find_value(self, name: str) -> Value:
@@ -251,7 +253,13 @@ class Graph:
         return f"{base}_{i}"
 
     def _new_node(
-        self, op: str, domain: str, attrs: Any, name: str, num_inputs: int, names: Sequence[str],
+        self,
+        op: str,
+        domain: str,
+        attrs: Any,
+        name: str,
+        num_inputs: int,
+        names: Sequence[str],
         types: Sequence[TensorType],
     ) -> Node:
         nid = self._next_id
@@ -439,8 +447,14 @@ class Graph:
             g._g.add_node(
                 nid,
                 node=Node(
-                    node.id, node.op, node.domain, node.attrs, node.name, node.num_inputs,
-                    list(node.output_names), list(node.output_types),
+                    node.id,
+                    node.op,
+                    node.domain,
+                    node.attrs,
+                    node.name,
+                    node.num_inputs,
+                    list(node.output_names),
+                    list(node.output_types),
                 ),
             )
         for u, v, data in self._g.edges(data=True):

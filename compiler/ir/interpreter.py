@@ -61,10 +61,10 @@ def run_graph(
         if observer is not None:
             observer(node, [env[(node.id, p)] for p in range(node.num_outputs)])
         if not keep_all:
-            for v in ins:
-                if v is None:
+            for src in ins:
+                if src is None:
                     continue
-                key = (v.node, v.port)
+                key = (src.node, src.port)
                 remaining[key] -= 1
                 if remaining[key] == 0 and key not in keep:
                     env.pop(key, None)

@@ -70,21 +70,33 @@ def _infer_cast(ctx: InferContext) -> list[TensorType]:
     return [TensorType(_target(ctx, ctx.attrs.to), ctx.type(0).shape)]
 
 
-register(OpDef(
-    "Cast", _infer_cast, lambda ins, a, n: [cast_array(first(ins), DType(a.to))], CastAttrs,
-    layout=Layout.AGNOSTIC, doc="y = x converted to element type `to` (float->int truncates toward zero)",
-))
+register(
+    OpDef(
+        "Cast",
+        _infer_cast,
+        lambda ins, a, n: [cast_array(first(ins), DType(a.to))],
+        CastAttrs,
+        layout=Layout.AGNOSTIC,
+        doc="y = x converted to element type `to` (float->int truncates toward zero)",
+    )
+)
 
 
 def _infer_cast_like(ctx: InferContext) -> list[TensorType]:
     return [TensorType(_target(ctx, int(ctx.type(1).dtype)), ctx.type(0).shape)]
 
 
-register(OpDef(
-    "CastLike", _infer_cast_like,
-    lambda ins, a, n: [cast_array(first(ins), DType.from_numpy(np.asarray(arg(ins, 1)).dtype))],
-    CastLikeAttrs, inputs=(2, 2), layout=Layout.AGNOSTIC, doc="y = Cast(x, to=dtype(target_type))",
-))
+register(
+    OpDef(
+        "CastLike",
+        _infer_cast_like,
+        lambda ins, a, n: [cast_array(first(ins), DType.from_numpy(np.asarray(arg(ins, 1)).dtype))],
+        CastLikeAttrs,
+        inputs=(2, 2),
+        layout=Layout.AGNOSTIC,
+        doc="y = Cast(x, to=dtype(target_type))",
+    )
+)
 
 
 # ---------------------------------------------------------------- Dropout
@@ -119,11 +131,18 @@ def _ref_dropout(ins: list[np.ndarray | None], a: DropoutAttrs, n: int) -> list[
     return [x.copy(), np.ones(x.shape, dtype=bool)][:n]
 
 
-register(OpDef(
-    "Dropout", _infer_dropout, _ref_dropout, DropoutAttrs, inputs=(1, 3), outputs=(1, 2),
-    layout=Layout.AGNOSTIC,
-    doc=(
-        "y = x, mask = all true (inference mode). Marked deterministic because Kiln only evaluates"
-        " inference semantics; training_mode=true with a non-zero ratio is rejected."
-    ),
-))
+register(
+    OpDef(
+        "Dropout",
+        _infer_dropout,
+        _ref_dropout,
+        DropoutAttrs,
+        inputs=(1, 3),
+        outputs=(1, 2),
+        layout=Layout.AGNOSTIC,
+        doc=(
+            "y = x, mask = all true (inference mode). Marked deterministic because Kiln only evaluates"
+            " inference semantics; training_mode=true with a non-zero ratio is rejected."
+        ),
+    )
+)

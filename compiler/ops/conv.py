@@ -22,7 +22,12 @@ from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, regi
 from compiler.ops.shapes import AUTO_PADS, conv_out_dims, resolve_pads, window_params
 
 __all__ = [
-    "ConvAttrs", "ConvTransposeAttrs", "pad_spatial", "sliding_windows", "conv_nd", "conv_transpose_nd",
+    "ConvAttrs",
+    "ConvTransposeAttrs",
+    "pad_spatial",
+    "sliding_windows",
+    "conv_nd",
+    "conv_transpose_nd",
     "conv_transpose_geometry",
 ]
 

@@ -18,6 +18,7 @@ from compiler.ops.registry import (
     NoAttrs,
     OpDef,
     QuantPolicy,
+    ReferenceFn,
     register,
     same_as_input,
 )
@@ -50,6 +51,35 @@ def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.power(a, b.astype(a.dtype)).astype(a.dtype)
 
 
+def _present(ins: list[np.ndarray | None], n: int) -> list[np.ndarray]:
+    """The first ``n`` inputs, which must be present."""
+    out = [x for x in ins[:n] if x is not None]
+    if len(out) != n:
+        raise ValueError(f"expected {n} inputs")
+    return out
+
+
+def _binary_ref(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> ReferenceFn:
+    def ref(ins: list[np.ndarray | None], attrs: Any, n: int) -> list[np.ndarray]:
+        a, b = _present(ins, 2)
+        return [np.asarray(fn(a, b)).astype(a.dtype)]
+
+    return ref
+
+
+def _unary_ref(fn: Callable[[np.ndarray, Any], np.ndarray]) -> ReferenceFn:
+    def ref(ins: list[np.ndarray | None], attrs: Any, n: int) -> list[np.ndarray]:
+        (x,) = _present(ins, 1)
+        return [np.asarray(fn(x, attrs)).astype(x.dtype)]
+
+    return ref
+
+
+def _prelu_ref(ins: list[np.ndarray | None], attrs: Any, n: int) -> list[np.ndarray]:
+    x, slope = _present(ins, 2)
+    return [np.where(x >= 0, x, x * slope).astype(x.dtype)]
+
+
 BINARY_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "Add": np.add,
     "Sub": np.subtract,
@@ -62,7 +92,7 @@ for _name, _fn in BINARY_OPS.items():
         OpDef(
             _name,
             _infer_broadcast,
-            lambda ins, a, n, fn=_fn: [np.asarray(fn(ins[0], ins[1])).astype(ins[0].dtype)],
+            _binary_ref(_fn),
             inputs=(2, 2),
             layout=Layout.AGNOSTIC,
             quant=QuantPolicy.ACTIVATION if _name in ("Add", "Mul") else QuantPolicy.NONE,
@@ -85,7 +115,7 @@ register(
     OpDef(
         "Pow",
         _infer_pow,
-        lambda ins, a, n: [_pow(ins[0], ins[1])],
+        lambda ins, a, n: [_pow(*_present(ins, 2))],
         inputs=(2, 2),
         layout=Layout.AGNOSTIC,
         doc="y = a ** b (numpy broadcasting; exponent may have another dtype)",
@@ -167,7 +197,7 @@ for _name, (_ufn, _attrs, _doc) in UNARY_OPS.items():
         OpDef(
             _name,
             same_as_input(),
-            lambda ins, a, n, fn=_ufn: [np.asarray(fn(ins[0], a)).astype(ins[0].dtype)],
+            _unary_ref(_ufn),
             _attrs or NoAttrs,
             layout=Layout.AGNOSTIC,
             quant=_QUANT_UNARY.get(_name, QuantPolicy.NONE),
@@ -196,7 +226,7 @@ register(
     OpDef(
         "PRelu",
         _infer_prelu,
-        lambda ins, a, n: [np.where(ins[0] >= 0, ins[0], ins[0] * ins[1]).astype(ins[0].dtype)],
+        _prelu_ref,
         inputs=(2, 2),
         layout=Layout.SPATIAL,
         doc="y = x if x >= 0 else slope*x (slope broadcasts)",
@@ -233,4 +263,3 @@ register(
         doc="y = min(max(x, min), max); min and max are optional scalar inputs",
     )
 )
-

@@ -37,7 +37,9 @@ class Activation:
     expand: Callable[[Graph, Value, float, float, str], Value]
 
 
-def _unary(op: str, attrs: dict[str, float] | None = None) -> Callable[[Graph, Value, float, float, str], Value]:
+def _unary(
+    op: str, attrs: dict[str, str] | None = None
+) -> Callable[[Graph, Value, float, float, str], Value]:
     def expand(g: Graph, x: Value, alpha: float, beta: float, name: str) -> Value:
         a = {k: (alpha if v == "alpha" else beta) for k, v in (attrs or {}).items()}
         return g.value(g.add_node(op, [x], a or None, name=name))
@@ -50,7 +52,10 @@ def _clip(lo: float | None, hi: float | None) -> Callable[[Graph, Value, float, 
         dt = x.type.dtype.numpy
         lo_v = alpha if lo is None else lo
         hi_v = beta if hi is None else hi
-        bounds = [g.add_constant(np.array(lo_v, dt), f"{name}_min"), g.add_constant(np.array(hi_v, dt), f"{name}_max")]
+        bounds = [
+            g.add_constant(np.array(lo_v, dt), f"{name}_min"),
+            g.add_constant(np.array(hi_v, dt), f"{name}_max"),
+        ]
         return g.value(g.add_node("Clip", [x, *bounds], name=name))
 
     return expand
@@ -67,9 +72,13 @@ ACTIVATIONS: dict[str, Activation] = {
         Activation("relu6", lambda x, a, b: np.clip(x, _np(x, 0), _np(x, 6)), _clip(0.0, 6.0)),
         Activation("clip", lambda x, a, b: np.clip(x, _np(x, a), _np(x, b)), _clip(None, None)),
         Activation(
-            "leaky_relu", lambda x, a, b: np.where(x >= 0, x, x * _np(x, a)), _unary("LeakyRelu", {"alpha": "alpha"})
+            "leaky_relu",
+            lambda x, a, b: np.where(x >= 0, x, x * _np(x, a)),
+            _unary("LeakyRelu", {"alpha": "alpha"}),
         ),
-        Activation("sigmoid", lambda x, a, b: get_op("Sigmoid").reference([x], None, 1)[0], _unary("Sigmoid")),
+        Activation(
+            "sigmoid", lambda x, a, b: get_op("Sigmoid").reference([x], None, 1)[0], _unary("Sigmoid")
+        ),
         Activation(
             "hard_sigmoid",
             lambda x, a, b: np.clip(x * _np(x, a) + _np(x, b), _np(x, 0), _np(x, 1)),
@@ -101,7 +110,7 @@ def activation_of(node: Node, graph: Graph) -> tuple[str, float, float] | None:
         return ("hard_sigmoid", float(node.attrs.alpha), float(node.attrs.beta))
     if node.op == "Clip":
         ins = graph.inputs_of(node)
-        bounds = []
+        bounds: list[float | None] = []
         for i in (1, 2):
             v = ins[i] if i < len(ins) else None
             if v is None:

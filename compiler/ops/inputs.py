@@ -42,4 +42,3 @@ def const_len(ctx: InferContext, i: int) -> int | None:
     """The static length of 1-D input ``i`` (for a non-constant shape/axes input), else None."""
     s = ctx.type(i).shape if ctx.has(i) else None
     return s[0] if s is not None and len(s) == 1 and isinstance(s[0], int) else None
-

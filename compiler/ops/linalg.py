@@ -18,8 +18,16 @@ from compiler.ops.shapes import broadcast
 
 __all__ = ["GemmAttrs", "matmul_shape"]
 
-_NUMERIC = (DType.FLOAT32, DType.FLOAT16, DType.FLOAT64, DType.BFLOAT16, DType.INT32, DType.INT64,
-            DType.UINT32, DType.UINT64)
+_NUMERIC = (
+    DType.FLOAT32,
+    DType.FLOAT16,
+    DType.FLOAT64,
+    DType.BFLOAT16,
+    DType.INT32,
+    DType.INT64,
+    DType.UINT32,
+    DType.UINT64,
+)
 
 
 @dataclass(frozen=True)

@@ -57,12 +57,16 @@ COMPARE_OPS: dict[str, tuple[Binary, str]] = {
 }
 
 for _name, (_fn, _sym) in COMPARE_OPS.items():
-    register(OpDef(
-        _name,
-        lambda ctx: _broadcast_inputs(ctx, DType.BOOL),
-        _ref_bool(_fn),
-        inputs=(2, 2), layout=Layout.AGNOSTIC, doc=f"y = a {_sym} b (bool, numpy broadcasting)",
-    ))
+    register(
+        OpDef(
+            _name,
+            lambda ctx: _broadcast_inputs(ctx, DType.BOOL),
+            _ref_bool(_fn),
+            inputs=(2, 2),
+            layout=Layout.AGNOSTIC,
+            doc=f"y = a {_sym} b (bool, numpy broadcasting)",
+        )
+    )
 
 BOOL_OPS: dict[str, tuple[Binary, str]] = {
     "And": (np.logical_and, "and"),
@@ -71,19 +75,26 @@ BOOL_OPS: dict[str, tuple[Binary, str]] = {
 }
 
 for _name, (_fn, _sym) in BOOL_OPS.items():
-    register(OpDef(
-        _name,
-        lambda ctx: _broadcast_inputs(ctx, DType.BOOL, DType.BOOL),
-        _ref_bool(_fn),
-        inputs=(2, 2), layout=Layout.AGNOSTIC, doc=f"y = a {_sym} b (bool, numpy broadcasting)",
-    ))
+    register(
+        OpDef(
+            _name,
+            lambda ctx: _broadcast_inputs(ctx, DType.BOOL, DType.BOOL),
+            _ref_bool(_fn),
+            inputs=(2, 2),
+            layout=Layout.AGNOSTIC,
+            doc=f"y = a {_sym} b (bool, numpy broadcasting)",
+        )
+    )
 
-register(OpDef(
-    "Not",
-    lambda ctx: _broadcast_inputs(ctx, DType.BOOL, DType.BOOL),
-    lambda ins, a, n: [np.logical_not(_arrays(ins)[0])],
-    layout=Layout.AGNOSTIC, doc="y = not x (bool)",
-))
+register(
+    OpDef(
+        "Not",
+        lambda ctx: _broadcast_inputs(ctx, DType.BOOL, DType.BOOL),
+        lambda ins, a, n: [np.logical_not(_arrays(ins)[0])],
+        layout=Layout.AGNOSTIC,
+        doc="y = not x (bool)",
+    )
+)
 
 
 def _sum(xs: list[np.ndarray]) -> np.ndarray:
@@ -121,9 +132,13 @@ def _ref_variadic(fn: Callable[[list[np.ndarray]], np.ndarray]) -> Callable[...,
 
 
 for _name, (_vfn, _doc) in VARIADIC_OPS.items():
-    register(OpDef(
-        _name,
-        _infer_float if _name in ("Sum", "Mean") else (lambda ctx: _broadcast_inputs(ctx, None)),
-        _ref_variadic(_vfn),
-        inputs=(1, -1), layout=Layout.AGNOSTIC, doc=f"{_doc} (numpy broadcasting)",
-    ))
+    register(
+        OpDef(
+            _name,
+            _infer_float if _name in ("Sum", "Mean") else (lambda ctx: _broadcast_inputs(ctx, None)),
+            _ref_variadic(_vfn),
+            inputs=(1, -1),
+            layout=Layout.AGNOSTIC,
+            doc=f"{_doc} (numpy broadcasting)",
+        )
+    )

@@ -104,8 +104,12 @@ def _taps(
 ) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
     """For each kernel offset, the strided spatial slice of the padded input it reads."""
     for off in np.ndindex(*k):
-        yield off, tuple(
-            slice(o * dd, o * dd + ss * (n - 1) + 1, ss) for o, dd, ss, n in zip(off, d, s, out, strict=True)
+        yield (
+            off,
+            tuple(
+                slice(o * dd, o * dd + ss * (n - 1) + 1, ss)
+                for o, dd, ss, n in zip(off, d, s, out, strict=True)
+            ),
         )
 
 
@@ -159,10 +163,12 @@ def _avgpool_ref(ins: list[np.ndarray | None], a: AveragePoolAttrs, n: int) -> l
     base = resolve_pads(a.auto_pad, x.shape[2:], k, s, d, explicit)
     inc = bool(a.count_include_pad)
     mask = np.zeros(xp.shape[2:], dtype=acc)
-    mask[tuple(
-        slice(0 if inc else pads[i], pads[i] + x.shape[i + 2] + (base[i + nd] if inc else 0))
-        for i in range(nd)
-    )] = 1
+    mask[
+        tuple(
+            slice(0 if inc else pads[i], pads[i] + x.shape[i + 2] + (base[i + nd] if inc else 0))
+            for i in range(nd)
+        )
+    ] = 1
     total = np.zeros((*x.shape[:2], *out), dtype=acc)
     count = np.zeros(tuple(out), dtype=acc)
     for _, sl in _taps(k, s, d, out):

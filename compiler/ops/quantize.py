@@ -48,9 +48,7 @@ def _per_tensor(s: tuple[Dim, ...]) -> bool:
     return len(s) == 0 or s == (1,)
 
 
-def _check_qparams(
-    ctx: InferContext, x: tuple[Dim, ...], axis: int, block_size: int
-) -> None:
+def _check_qparams(ctx: InferContext, x: tuple[Dim, ...], axis: int, block_size: int) -> None:
     """Check scale (input 1) and zero point (input 2) shapes against x."""
     s = ctx.shape(1)
     if ctx.has(2) and ctx.shape(2) != s and not (_per_tensor(s) and _per_tensor(ctx.shape(2))):

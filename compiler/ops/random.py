@@ -45,7 +45,25 @@ def _normal(ins: list[np.ndarray | None], a: RandomLikeAttrs, n: int) -> list[np
     return [rng.normal(a.mean, a.scale, x.shape).astype(dt)]
 
 
-register(OpDef("RandomUniformLike", _infer_like, _uniform, RandomLikeAttrs, deterministic=False,
-               layout=Layout.AGNOSTIC, doc="y ~ U(low, high) with x's shape"))
-register(OpDef("RandomNormalLike", _infer_like, _normal, RandomLikeAttrs, deterministic=False,
-               layout=Layout.AGNOSTIC, doc="y ~ N(mean, scale) with x's shape"))
+register(
+    OpDef(
+        "RandomUniformLike",
+        _infer_like,
+        _uniform,
+        RandomLikeAttrs,
+        deterministic=False,
+        layout=Layout.AGNOSTIC,
+        doc="y ~ U(low, high) with x's shape",
+    )
+)
+register(
+    OpDef(
+        "RandomNormalLike",
+        _infer_like,
+        _normal,
+        RandomLikeAttrs,
+        deterministic=False,
+        layout=Layout.AGNOSTIC,
+        doc="y ~ N(mean, scale) with x's shape",
+    )
+)

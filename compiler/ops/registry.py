@@ -24,8 +24,21 @@ if TYPE_CHECKING:
     from compiler.ir.graph import Graph, Node, Value
 
 __all__ = [
-    "OpDef", "InferContext", "ShapeError", "UnknownOpError", "AttrError", "Layout", "QuantPolicy",
-    "register", "get_op", "has_op", "all_ops", "NoAttrs", "NO_ATTRS", "ConstantAttrs", "make_constant_attrs",
+    "OpDef",
+    "InferContext",
+    "ShapeError",
+    "UnknownOpError",
+    "AttrError",
+    "Layout",
+    "QuantPolicy",
+    "register",
+    "get_op",
+    "has_op",
+    "all_ops",
+    "NoAttrs",
+    "NO_ATTRS",
+    "ConstantAttrs",
+    "make_constant_attrs",
     "infer_node_types",
 ]
 
@@ -263,7 +276,9 @@ def infer_node_types(
 ) -> list[TensorType]:
     """Run ``opdef.infer`` for a node with the given inputs."""
     if not opdef.accepts_inputs(len(inputs)):
-        raise ShapeError(f"{opdef.qualified} '{where}': {len(inputs)} inputs, expected {_arity(opdef.inputs)}")
+        raise ShapeError(
+            f"{opdef.qualified} '{where}': {len(inputs)} inputs, expected {_arity(opdef.inputs)}"
+        )
     if not opdef.accepts_outputs(num_outputs):
         raise ShapeError(
             f"{opdef.qualified} '{where}': {num_outputs} outputs, expected {_arity(opdef.outputs)}"

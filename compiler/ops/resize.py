@@ -29,8 +29,13 @@ from compiler.ops.shapes import UNKNOWN, normalize_axes, scaled_dim
 __all__ = ["ResizeAttrs", "resize_plan", "COORDINATE_MODES", "NEAREST_MODES"]
 
 COORDINATE_MODES = (
-    "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-    "tf_crop_and_resize", "tf_half_pixel_for_nn",
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_crop_and_resize",
+    "tf_half_pixel_for_nn",
 )
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 _MODES = ("nearest", "linear", "cubic")
@@ -147,9 +152,7 @@ def _infer_resize(ctx: InferContext) -> list[TensorType]:
     return [TensorType(t.dtype, tuple(out))]
 
 
-def _source_coords(
-    mode: str, n_out: int, n_in: int, scale: float, roi: tuple[float, float]
-) -> np.ndarray:
+def _source_coords(mode: str, n_out: int, n_in: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
     """Source coordinate of each output index along one axis, in float32 (ORT's formulas)."""
     f = np.float32
     i = np.arange(n_out, dtype=f)

@@ -9,8 +9,19 @@ import numpy as np
 from compiler.ir.types import Dim, Shape
 
 __all__ = [
-    "broadcast", "normalize_axis", "normalize_axes", "window_out", "product", "AUTO_PADS", "window_params",
-    "same_pads", "resolve_pads", "window_dim", "ceil_div_dim", "scaled_dim", "conv_out_dims",
+    "broadcast",
+    "normalize_axis",
+    "normalize_axes",
+    "window_out",
+    "product",
+    "AUTO_PADS",
+    "window_params",
+    "same_pads",
+    "resolve_pads",
+    "window_dim",
+    "ceil_div_dim",
+    "scaled_dim",
+    "conv_out_dims",
 ]
 
 

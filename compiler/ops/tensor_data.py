@@ -29,8 +29,13 @@ from compiler.ops.shapes import (
 )
 
 __all__ = [
-    "ConcatAttrs", "SplitAttrs", "PadAttrs", "ConstantOfShapeAttrs",
-    "split_sizes", "padded_dim", "range_count",
+    "ConcatAttrs",
+    "SplitAttrs",
+    "PadAttrs",
+    "ConstantOfShapeAttrs",
+    "split_sizes",
+    "padded_dim",
+    "range_count",
 ]
 
 # A bound at or beyond +-_FULL_END covers a whole symbolic axis (exporters use INT32/64 max and min);
@@ -83,10 +88,17 @@ def _ref_concat(ins: list[np.ndarray | None], a: ConcatAttrs, n: int) -> list[np
     return [np.concatenate(xs, axis=normalize_axis(a.axis, xs[0].ndim))]
 
 
-register(OpDef(
-    "Concat", _infer_concat, _ref_concat, ConcatAttrs, inputs=(1, -1), quant=QuantPolicy.ACTIVATION,
-    doc="y = concatenate(inputs, axis)",
-))
+register(
+    OpDef(
+        "Concat",
+        _infer_concat,
+        _ref_concat,
+        ConcatAttrs,
+        inputs=(1, -1),
+        quant=QuantPolicy.ACTIVATION,
+        doc="y = concatenate(inputs, axis)",
+    )
+)
 
 
 # ---------------------------------------------------------------- Split
@@ -136,7 +148,7 @@ def _infer_split(ctx: InferContext) -> list[TensorType]:
             raise _fail(ctx, exc) from None
     else:
         sizes = [dim if n == 1 else UNKNOWN] * n
-    return [t.with_shape(t.shape[:axis] + (s,) + t.shape[axis + 1:]) for s in sizes]
+    return [t.with_shape(t.shape[:axis] + (s,) + t.shape[axis + 1 :]) for s in sizes]
 
 
 def _ref_split(ins: list[np.ndarray | None], a: SplitAttrs, n: int) -> list[np.ndarray]:
@@ -149,10 +161,18 @@ def _ref_split(ins: list[np.ndarray | None], a: SplitAttrs, n: int) -> list[np.n
     return [p.copy() for p in np.split(x, np.cumsum(sizes)[:-1], axis=axis)]
 
 
-register(OpDef(
-    "Split", _infer_split, _ref_split, SplitAttrs, inputs=(1, 2), outputs=(1, -1),
-    quant=QuantPolicy.PASSTHROUGH, doc="outputs = consecutive parts of x along axis",
-))
+register(
+    OpDef(
+        "Split",
+        _infer_split,
+        _ref_split,
+        SplitAttrs,
+        inputs=(1, 2),
+        outputs=(1, -1),
+        quant=QuantPolicy.PASSTHROUGH,
+        doc="outputs = consecutive parts of x along axis",
+    )
+)
 
 
 # ---------------------------------------------------------------- Slice
@@ -213,10 +233,16 @@ def _ref_slice(ins: list[np.ndarray | None], a: NoAttrs, n: int) -> list[np.ndar
     return [x[tuple(index)].copy()]
 
 
-register(OpDef(
-    "Slice", _infer_slice, _ref_slice, inputs=(3, 5), quant=QuantPolicy.PASSTHROUGH,
-    doc="y = x[starts:ends:steps] on `axes` (ONNX clamping; negative steps walk backwards)",
-))
+register(
+    OpDef(
+        "Slice",
+        _infer_slice,
+        _ref_slice,
+        inputs=(3, 5),
+        quant=QuantPolicy.PASSTHROUGH,
+        doc="y = x[starts:ends:steps] on `axes` (ONNX clamping; negative steps walk backwards)",
+    )
+)
 
 
 # ---------------------------------------------------------------- Pad
@@ -308,10 +334,16 @@ def _ref_pad(ins: list[np.ndarray | None], a: PadAttrs, n: int) -> list[np.ndarr
     return [np.pad(crop(x), width, mode=_PAD_MODES[a.mode])]  # type: ignore[call-overload]
 
 
-register(OpDef(
-    "Pad", _infer_pad, _ref_pad, PadAttrs, inputs=(2, 4),
-    doc="y = x padded by `pads` ([begins..., ends...] over `axes`); negative pads crop",
-))
+register(
+    OpDef(
+        "Pad",
+        _infer_pad,
+        _ref_pad,
+        PadAttrs,
+        inputs=(2, 4),
+        doc="y = x padded by `pads` ([begins..., ends...] over `axes`); negative pads crop",
+    )
+)
 
 
 # ---------------------------------------------------------------- Tile
@@ -324,15 +356,22 @@ def _infer_tile(ctx: InferContext) -> list[TensorType]:
         return [t.with_shape(tuple(0 if d == 0 else UNKNOWN for d in t.shape))]
     if len(reps) != len(t.shape) or any(r < 0 for r in reps):
         raise ctx.fail(f"repeats {reps} do not fit shape {list(t.shape)}")
-    out = [d * r if isinstance(d, int) else d if r == 1 else 0 if r == 0 else UNKNOWN
-           for d, r in zip(t.shape, reps, strict=True)]
+    out = [
+        d * r if isinstance(d, int) else d if r == 1 else 0 if r == 0 else UNKNOWN
+        for d, r in zip(t.shape, reps, strict=True)
+    ]
     return [t.with_shape(tuple(out))]
 
 
-register(OpDef(
-    "Tile", _infer_tile, lambda ins, a, n: [np.tile(first(ins), dims_of_const(arg(ins, 1)))], inputs=(2, 2),
-    doc="y = x repeated repeats[i] times along each axis i",
-))
+register(
+    OpDef(
+        "Tile",
+        _infer_tile,
+        lambda ins, a, n: [np.tile(first(ins), dims_of_const(arg(ins, 1)))],
+        inputs=(2, 2),
+        doc="y = x repeated repeats[i] times along each axis i",
+    )
+)
 
 
 # ---------------------------------------------------------------- Where
@@ -353,10 +392,16 @@ def _ref_where(ins: list[np.ndarray | None], a: NoAttrs, n: int) -> list[np.ndar
     return [np.where(c, x, y).astype(x.dtype)]
 
 
-register(OpDef(
-    "Where", _infer_where, _ref_where,
-    inputs=(3, 3), layout=Layout.AGNOSTIC, doc="y = x where condition else y (three-way broadcasting)",
-))
+register(
+    OpDef(
+        "Where",
+        _infer_where,
+        _ref_where,
+        inputs=(3, 3),
+        layout=Layout.AGNOSTIC,
+        doc="y = x where condition else y (three-way broadcasting)",
+    )
+)
 
 
 # ---------------------------------------------------------------- ConstantOfShape
@@ -407,10 +452,15 @@ def _ref_constant_of_shape(ins: list[np.ndarray | None], a: ConstantOfShapeAttrs
     return [np.full(dims_of_const(first(ins)), v[0], dtype=v.dtype)]
 
 
-register(OpDef(
-    "ConstantOfShape", _infer_constant_of_shape, _ref_constant_of_shape, ConstantOfShapeAttrs,
-    doc="y = a tensor of the given shape filled with value",
-))
+register(
+    OpDef(
+        "ConstantOfShape",
+        _infer_constant_of_shape,
+        _ref_constant_of_shape,
+        ConstantOfShapeAttrs,
+        doc="y = a tensor of the given shape filled with value",
+    )
+)
 
 
 # ---------------------------------------------------------------- Range
@@ -451,8 +501,12 @@ def _ref_range(ins: list[np.ndarray | None], a: NoAttrs, n: int) -> list[np.ndar
     return [np.add.accumulate(steps, dtype=s.dtype)]
 
 
-register(OpDef(
-    "Range", _infer_range, _ref_range, inputs=(3, 3),
-    doc="y[0] = start, y[i] = y[i-1] + delta, for max(ceil((limit-start)/delta), 0) elements",
-))
-
+register(
+    OpDef(
+        "Range",
+        _infer_range,
+        _ref_range,
+        inputs=(3, 3),
+        doc="y[0] = start, y[i] = y[i-1] + delta, for max(ceil((limit-start)/delta), 0) elements",
+    )
+)

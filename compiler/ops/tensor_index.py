@@ -49,7 +49,7 @@ def _infer_gather(ctx: InferContext) -> list[TensorType]:
     if t.shape is None or ti.shape is None:
         return [t.with_shape(None)]
     axis = _axis(ctx, len(t.shape))
-    return [t.with_shape(t.shape[:axis] + ti.shape + t.shape[axis + 1:])]
+    return [t.with_shape(t.shape[:axis] + ti.shape + t.shape[axis + 1 :])]
 
 
 def _ref_gather(ins: list[np.ndarray | None], a: GatherAttrs, n: int) -> list[np.ndarray]:
@@ -58,10 +58,17 @@ def _ref_gather(ins: list[np.ndarray | None], a: GatherAttrs, n: int) -> list[np
     return [np.take(x, _indices(ins, x.shape[axis]), axis=axis)]
 
 
-register(OpDef(
-    "Gather", _infer_gather, _ref_gather, GatherAttrs, inputs=(2, 2), quant=QuantPolicy.PASSTHROUGH,
-    doc="y = take(x, indices, axis): out[i.., j.., k..] = x[i.., indices[j..], k..]",
-))
+register(
+    OpDef(
+        "Gather",
+        _infer_gather,
+        _ref_gather,
+        GatherAttrs,
+        inputs=(2, 2),
+        quant=QuantPolicy.PASSTHROUGH,
+        doc="y = take(x, indices, axis): out[i.., j.., k..] = x[i.., indices[j..], k..]",
+    )
+)
 
 
 def _infer_gather_elements(ctx: InferContext) -> list[TensorType]:
@@ -84,10 +91,16 @@ def _ref_gather_elements(ins: list[np.ndarray | None], a: GatherAttrs, n: int) -
     return [x[tuple(grid)]]
 
 
-register(OpDef(
-    "GatherElements", _infer_gather_elements, _ref_gather_elements, GatherAttrs, inputs=(2, 2),
-    doc="out[i][j] = x[indices[i][j]][j] for axis 0 (likewise for other axes); out has indices' shape",
-))
+register(
+    OpDef(
+        "GatherElements",
+        _infer_gather_elements,
+        _ref_gather_elements,
+        GatherAttrs,
+        inputs=(2, 2),
+        doc="out[i][j] = x[indices[i][j]][j] for axis 0 (likewise for other axes); out has indices' shape",
+    )
+)
 
 
 # ---------------------------------------------------------------- TopK
@@ -124,7 +137,7 @@ def _infer_topk(ctx: InferContext) -> list[TensorType]:
     d = t.shape[axis]
     if k is not None and isinstance(d, int) and k[0] > d:
         raise ctx.fail(f"k={k[0]} exceeds dim {axis} of size {d}")
-    shape = t.shape[:axis] + (UNKNOWN if k is None else k[0],) + t.shape[axis + 1:]
+    shape = t.shape[:axis] + (UNKNOWN if k is None else k[0],) + t.shape[axis + 1 :]
     return [t.with_shape(shape), TensorType(DType.INT64, shape)]
 
 
@@ -137,10 +150,17 @@ def _ref_topk(ins: list[np.ndarray | None], a: TopKAttrs, n: int) -> list[np.nda
     return list(topk(x, k, axis, bool(a.largest)))
 
 
-register(OpDef(
-    "TopK", _infer_topk, _ref_topk, TopKAttrs, inputs=(2, 2), outputs=(2, 2),
-    doc="values, indices = the k largest (largest=1) or smallest entries along axis, sorted",
-))
+register(
+    OpDef(
+        "TopK",
+        _infer_topk,
+        _ref_topk,
+        TopKAttrs,
+        inputs=(2, 2),
+        outputs=(2, 2),
+        doc="values, indices = the k largest (largest=1) or smallest entries along axis, sorted",
+    )
+)
 
 
 # ---------------------------------------------------------------- NonZero
@@ -156,7 +176,11 @@ def _ref_nonzero(ins: list[np.ndarray | None], a: object, n: int) -> list[np.nda
     return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
 
 
-register(OpDef(
-    "NonZero", _infer_nonzero, _ref_nonzero,
-    doc="y[:, j] = index of the j-th non-zero of x in row-major order (int64 [rank, nnz])",
-))
+register(
+    OpDef(
+        "NonZero",
+        _infer_nonzero,
+        _ref_nonzero,
+        doc="y[:, j] = index of the j-th non-zero of x in row-major order (int64 [rank, nnz])",
+    )
+)

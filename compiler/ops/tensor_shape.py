@@ -103,10 +103,17 @@ def _ref_reshape(ins: list[np.ndarray | None], a: ReshapeAttrs, n: int) -> list[
     return [x.reshape(shape)]
 
 
-register(OpDef(
-    "Reshape", _infer_reshape, _ref_reshape, ReshapeAttrs, inputs=(2, 2), quant=QuantPolicy.PASSTHROUGH,
-    doc="y = x with shape `shape` (0 copies the input dim unless allowzero, -1 infers one dim)",
-))
+register(
+    OpDef(
+        "Reshape",
+        _infer_reshape,
+        _ref_reshape,
+        ReshapeAttrs,
+        inputs=(2, 2),
+        quant=QuantPolicy.PASSTHROUGH,
+        doc="y = x with shape `shape` (0 copies the input dim unless allowzero, -1 infers one dim)",
+    )
+)
 
 
 # ---------------------------------------------------------------- Flatten
@@ -147,10 +154,16 @@ def _ref_flatten(ins: list[np.ndarray | None], a: FlattenAttrs, n: int) -> list[
     return [x.reshape(int(np.prod(x.shape[:ax], dtype=np.int64)), int(np.prod(x.shape[ax:], dtype=np.int64)))]
 
 
-register(OpDef(
-    "Flatten", _infer_flatten, _ref_flatten, FlattenAttrs, quant=QuantPolicy.PASSTHROUGH,
-    doc="y = reshape(x, (prod(d[:axis]), prod(d[axis:])))",
-))
+register(
+    OpDef(
+        "Flatten",
+        _infer_flatten,
+        _ref_flatten,
+        FlattenAttrs,
+        quant=QuantPolicy.PASSTHROUGH,
+        doc="y = reshape(x, (prod(d[:axis]), prod(d[axis:])))",
+    )
+)
 
 
 # ---------------------------------------------------------------- Transpose
@@ -181,11 +194,16 @@ def _infer_transpose(ctx: InferContext) -> list[TensorType]:
     return [t.with_shape(tuple(t.shape[i] for i in p))]
 
 
-register(OpDef(
-    "Transpose", _infer_transpose,
-    lambda ins, a, n: [np.ascontiguousarray(np.transpose(first(ins), _perm(a.perm, first(ins).ndim)))],
-    TransposeAttrs, quant=QuantPolicy.PASSTHROUGH, doc="y = transpose(x, perm)",
-))
+register(
+    OpDef(
+        "Transpose",
+        _infer_transpose,
+        lambda ins, a, n: [np.ascontiguousarray(np.transpose(first(ins), _perm(a.perm, first(ins).ndim)))],
+        TransposeAttrs,
+        quant=QuantPolicy.PASSTHROUGH,
+        doc="y = transpose(x, perm)",
+    )
+)
 
 
 # ---------------------------------------------------------------- Squeeze / Unsqueeze
@@ -221,10 +239,16 @@ def _ref_squeeze(ins: list[np.ndarray | None], a: NoAttrs, n: int) -> list[np.nd
     return [np.squeeze(x, axis=tuple(normalize_axes(dims_of_const(axes), x.ndim)))]
 
 
-register(OpDef(
-    "Squeeze", _infer_squeeze, _ref_squeeze, inputs=(1, 2), quant=QuantPolicy.PASSTHROUGH,
-    doc="y = x without the size-1 dims listed in input `axes` (all size-1 dims if absent)",
-))
+register(
+    OpDef(
+        "Squeeze",
+        _infer_squeeze,
+        _ref_squeeze,
+        inputs=(1, 2),
+        quant=QuantPolicy.PASSTHROUGH,
+        doc="y = x without the size-1 dims listed in input `axes` (all size-1 dims if absent)",
+    )
+)
 
 
 def _unsqueeze_shape(shape: Shape, axes: list[int]) -> Shape:
@@ -255,10 +279,16 @@ def _ref_unsqueeze(ins: list[np.ndarray | None], a: NoAttrs, n: int) -> list[np.
     return [x.reshape([int(d) for d in _unsqueeze_shape(x.shape, dims_of_const(arg(ins, 1)))])]
 
 
-register(OpDef(
-    "Unsqueeze", _infer_unsqueeze, _ref_unsqueeze, inputs=(2, 2), quant=QuantPolicy.PASSTHROUGH,
-    doc="y = x with size-1 dims inserted at the output positions in input `axes`",
-))
+register(
+    OpDef(
+        "Unsqueeze",
+        _infer_unsqueeze,
+        _ref_unsqueeze,
+        inputs=(2, 2),
+        quant=QuantPolicy.PASSTHROUGH,
+        doc="y = x with size-1 dims inserted at the output positions in input `axes`",
+    )
+)
 
 
 # ---------------------------------------------------------------- Expand
@@ -273,9 +303,13 @@ def _infer_expand(ctx: InferContext) -> list[TensorType]:
         src = (1,) * (rank - len(t.shape)) + t.shape
         # Where the target may be longer than the input, a target dim of 1 keeps the input dim.
         keep = rank - n
-        return [t.with_shape(tuple(
-            d if i < keep or (isinstance(d, int) and d != 1) else UNKNOWN for i, d in enumerate(src)
-        ))]
+        return [
+            t.with_shape(
+                tuple(
+                    d if i < keep or (isinstance(d, int) and d != 1) else UNKNOWN for i, d in enumerate(src)
+                )
+            )
+        ]
     if any(v < 0 for v in target):
         raise ctx.fail(f"negative dim in shape {target}")
     if t.shape is None:
@@ -292,10 +326,15 @@ def _ref_expand(ins: list[np.ndarray | None], a: NoAttrs, n: int) -> list[np.nda
     return [np.broadcast_to(x, shape).copy()]
 
 
-register(OpDef(
-    "Expand", _infer_expand, _ref_expand, inputs=(2, 2),
-    doc="y = x broadcast with input `shape` (two-way numpy broadcasting)",
-))
+register(
+    OpDef(
+        "Expand",
+        _infer_expand,
+        _ref_expand,
+        inputs=(2, 2),
+        doc="y = x broadcast with input `shape` (two-way numpy broadcasting)",
+    )
+)
 
 
 # ---------------------------------------------------------------- Shape / Size
@@ -314,13 +353,20 @@ def _infer_shape(ctx: InferContext) -> list[TensorType]:
     return [TensorType(DType.INT64, (len(s[slice(ctx.attrs.start, ctx.attrs.end)]),))]
 
 
-register(OpDef(
-    "Shape", _infer_shape,
-    lambda ins, a, n: [np.array(first(ins).shape[slice(a.start, a.end)], dtype=np.int64)],
-    ShapeAttrs, doc="y = int64(shape(x)[start:end])",
-))
-register(OpDef(
-    "Size", lambda ctx: [TensorType(DType.INT64, ())],
-    lambda ins, a, n: [np.array(first(ins).size, dtype=np.int64)],
-    doc="y = int64 number of elements of x (a scalar)",
-))
+register(
+    OpDef(
+        "Shape",
+        _infer_shape,
+        lambda ins, a, n: [np.array(first(ins).shape[slice(a.start, a.end)], dtype=np.int64)],
+        ShapeAttrs,
+        doc="y = int64(shape(x)[start:end])",
+    )
+)
+register(
+    OpDef(
+        "Size",
+        lambda ctx: [TensorType(DType.INT64, ())],
+        lambda ins, a, n: [np.array(first(ins).size, dtype=np.int64)],
+        doc="y = int64 number of elements of x (a scalar)",
+    )
+)

@@ -146,16 +146,21 @@ def _initializer(name: str, array: Array) -> TensorProto:
     return numpy_helper.from_array(np.ascontiguousarray(array, dtype=np.float32), name)
 
 
-def _layer_nodes(
-    name: str, layer: Layer, x: str, y: str
-) -> tuple[list[onnx.NodeProto], list[TensorProto]]:
+def _layer_nodes(name: str, layer: Layer, x: str, y: str) -> tuple[list[onnx.NodeProto], list[TensorProto]]:
     """The ONNX node(s) and initializers for one trained layer reading ``x`` and writing ``y``."""
     p = layer.params
     if isinstance(layer, Conv2d):
         k, s, pad = layer.k, layer.stride, layer.pad
         node = helper.make_node(
-            "Conv", [x, f"{name}.weight"], [y], name=name,
-            kernel_shape=[k, k], strides=[s, s], pads=[pad] * 4, dilations=[1, 1], group=1,
+            "Conv",
+            [x, f"{name}.weight"],
+            [y],
+            name=name,
+            kernel_shape=[k, k],
+            strides=[s, s],
+            pads=[pad] * 4,
+            dilations=[1, 1],
+            group=1,
         )
         return [node], [_initializer(f"{name}.weight", p["weight"])]
     if isinstance(layer, BatchNorm2d):

@@ -29,13 +29,20 @@ from compiler.ops.registry import AttrError, ShapeError, get_op, has_op, infer_n
 from frontends.onnx.folding import fold
 
 __all__ = [
-    "NodeContext", "ConverterFn", "ConverterEntry", "converter", "generic", "register_generic",
-    "find_converter", "DEFAULT_DOMAIN",
+    "NodeContext",
+    "ConverterFn",
+    "ConverterEntry",
+    "converter",
+    "generic",
+    "register_generic",
+    "find_converter",
+    "DEFAULT_DOMAIN",
 ]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_DOMAIN = ""
+
 
 @dataclass
 class NodeContext:

@@ -191,8 +191,13 @@ class OnnxImporter:
                 raise ConversionError(f"{where}: subgraph attribute {attr.name!r} is not supported")
         ins: list[Value | None] = [self.env[x] if x else None for x in node.input]
         ctx = NodeContext(
-            graph=self.graph, proto=node, opset=opset, inputs=ins,
-            attrs=node_attributes(node, where), name=str(node.name), where=where,
+            graph=self.graph,
+            proto=node,
+            opset=opset,
+            inputs=ins,
+            attrs=node_attributes(node, where),
+            name=str(node.name),
+            where=where,
         )
         outs = list(entry.fn(ctx))
         if ctx.attrs:
@@ -203,8 +208,10 @@ class OnnxImporter:
             v = outs[i] if i < len(outs) else None
             if v is None:
                 if self._is_read(name):
-                    raise ConversionError(f"{where}: output {i} ({name!r}) is used but Kiln's canonical "
-                                          f"{node.op_type} does not produce it")
+                    raise ConversionError(
+                        f"{where}: output {i} ({name!r}) is used but Kiln's canonical "
+                        f"{node.op_type} does not produce it"
+                    )
                 continue
             self.env[name] = v
 

@@ -55,8 +55,12 @@ def _check_model_proto(model: onnx.ModelProto, source: str) -> None:
     if model.ir_version < MIN_IR_VERSION:
         raise ModelFileError(f"{source}: ONNX IR version {model.ir_version} is older than {MIN_IR_VERSION}")
     if model.ir_version > MAX_IR_VERSION:
-        logger.info("%s: ONNX IR version %d is newer than %d; importing anyway", source, model.ir_version,
-                       MAX_IR_VERSION)
+        logger.info(
+            "%s: ONNX IR version %d is newer than %d; importing anyway",
+            source,
+            model.ir_version,
+            MAX_IR_VERSION,
+        )
 
 
 def load_onnx(

@@ -16,7 +16,12 @@ from compiler.errors import ConversionError
 from compiler.ir.types import Dim, DType, TensorType
 
 __all__ = [
-    "dtype_of", "dtype_name", "tensor_to_array", "attribute_value", "node_attributes", "type_of_value_info",
+    "dtype_of",
+    "dtype_name",
+    "tensor_to_array",
+    "attribute_value",
+    "node_attributes",
+    "type_of_value_info",
     "is_symbol",
 ]
 
@@ -108,8 +113,10 @@ def node_attributes(node: onnx.NodeProto, where: str) -> dict[str, Any]:
 
 def is_symbol(param: str) -> bool:
     """True if a dim_param is a usable symbol name (not empty or a placeholder like ``?``)."""
-    return bool(param) and (param[0].isalpha() or param[0] == "_") and all(
-        c.isalnum() or c in "_.-:" for c in param
+    return (
+        bool(param)
+        and (param[0].isalpha() or param[0] == "_")
+        and all(c.isalnum() or c in "_.-:" for c in param)
     )
 
 

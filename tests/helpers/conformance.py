@@ -31,13 +31,52 @@ __all__ = ["CONFORMANCE_OPS", "RTOL", "ATOL", "CaseResult", "selected_cases", "r
 
 logger = logging.getLogger(__name__)
 
-CONFORMANCE_OPS = frozenset({
-    "Conv", "ConvTranspose", "BatchNormalization", "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid",
-    "HardSigmoid", "HardSwish", "Tanh", "Exp", "Sqrt", "Add", "Sub", "Mul", "Div", "Pow", "MatMul",
-    "Gemm", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Split", "Slice", "Reshape",
-    "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Shape", "Resize", "Softmax", "ReduceMean",
-    "Cast", "Pad", "Identity", "Constant", "QuantizeLinear", "DequantizeLinear",
-})
+CONFORMANCE_OPS = frozenset(
+    {
+        "Conv",
+        "ConvTranspose",
+        "BatchNormalization",
+        "Relu",
+        "LeakyRelu",
+        "PRelu",
+        "Clip",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "Tanh",
+        "Exp",
+        "Sqrt",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "MatMul",
+        "Gemm",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Concat",
+        "Split",
+        "Slice",
+        "Reshape",
+        "Flatten",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Gather",
+        "Shape",
+        "Resize",
+        "Softmax",
+        "ReduceMean",
+        "Cast",
+        "Pad",
+        "Identity",
+        "Constant",
+        "QuantizeLinear",
+        "DequantizeLinear",
+    }
+)
 RTOL = 1e-3
 ATOL = 1e-5
 

@@ -14,8 +14,17 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, parser
 
 __all__ = [
-    "conv_bn_relu", "residual_add", "opset9_initializer_inputs_upsample", "symbolic_batch", "unknown_ops",
-    "softmax11_axis1", "opset9_upgrades", "resize10", "static_input", "random_feeds", "ROUND_TRIP",
+    "conv_bn_relu",
+    "residual_add",
+    "opset9_initializer_inputs_upsample",
+    "symbolic_batch",
+    "unknown_ops",
+    "softmax11_axis1",
+    "opset9_upgrades",
+    "resize10",
+    "static_input",
+    "random_feeds",
+    "ROUND_TRIP",
 ]
 
 
@@ -36,19 +45,28 @@ def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
 def conv_bn_relu() -> onnx.ModelProto:
     """x[1,3,16,16] -> Conv 3x3 (8 ch, pads 1) -> BatchNormalization -> Relu, opset 13."""
     nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv1", pads=[1, 1, 1, 1],
-                         kernel_shape=[3, 3]),
-        helper.make_node("BatchNormalization", ["c", "g", "beta", "mu", "var"], ["n"], name="bn1",
-                         epsilon=1e-3),
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["c"], name="conv1", pads=[1, 1, 1, 1], kernel_shape=[3, 3]
+        ),
+        helper.make_node(
+            "BatchNormalization", ["c", "g", "beta", "mu", "var"], ["n"], name="bn1", epsilon=1e-3
+        ),
         helper.make_node("Relu", ["n"], ["y"], name="relu1"),
     ]
     inits = [
-        _init("w", (8, 3, 3, 3), 1), _init("b", (8,), 2), _init("g", (8,), 3), _init("beta", (8,), 4),
-        _init("mu", (8,), 5), _init("var", (8,), 6, positive=True),
+        _init("w", (8, 3, 3, 3), 1),
+        _init("b", (8,), 2),
+        _init("g", (8,), 3),
+        _init("beta", (8,), 4),
+        _init("mu", (8,), 5),
+        _init("var", (8,), 6, positive=True),
     ]
     g = helper.make_graph(
-        nodes, "conv_bn_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], initializer=inits,
+        nodes,
+        "conv_bn_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+        initializer=inits,
     )
     return _checked(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8))
 
@@ -66,10 +84,14 @@ def residual_add() -> onnx.ModelProto:
     }
     """
     model = parser.parse_model(text)
-    model.graph.initializer.extend([
-        _init("w1", (4, 4, 3, 3), 11), _init("b1", (4,), 12), _init("w2", (4, 4, 3, 3), 13),
-        _init("b2", (4,), 14),
-    ])
+    model.graph.initializer.extend(
+        [
+            _init("w1", (4, 4, 3, 3), 11),
+            _init("b1", (4,), 12),
+            _init("w2", (4, 4, 3, 3), 13),
+            _init("b2", (4,), 14),
+        ]
+    )
     for i, n in enumerate(model.graph.node):
         n.name = f"{n.op_type.lower()}_{i}"
     return _checked(model)
@@ -78,7 +100,9 @@ def residual_add() -> onnx.ModelProto:
 def opset9_initializer_inputs_upsample() -> onnx.ModelProto:
     """IR 4, opset 9, every initializer also a graph input; Conv -> Upsample(nearest, x2) -> Conv."""
     inits = [
-        _init("w1", (4, 3, 3, 3), 21), _init("b1", (4,), 22), _init("w2", (2, 4, 1, 1), 23),
+        _init("w1", (4, 3, 3, 3), 21),
+        _init("b1", (4,), 22),
+        _init("w2", (2, 4, 1, 1), 23),
         numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 2.0], dtype=np.float32), "scales"),
     ]
     nodes = [
@@ -104,8 +128,11 @@ def symbolic_batch() -> onnx.ModelProto:
     ]
     inits = [_init("w", (6, 3, 3, 3), 31), _init("fc_w", (5, 6), 32), _init("fc_b", (5,), 33)]
     g = helper.make_graph(
-        nodes, "symbolic_batch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], initializer=inits,
+        nodes,
+        "symbolic_batch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        initializer=inits,
     )
     return _checked(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8))
 
@@ -119,7 +146,9 @@ def unknown_ops() -> onnx.ModelProto:
         helper.make_node("Frobnicate", ["c"], ["y"], name="frob", domain="com.example"),
     ]
     g = helper.make_graph(
-        nodes, "unknown_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        nodes,
+        "unknown_ops",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
     )
     opsets = [helper.make_opsetid("", 13), helper.make_opsetid("com.example", 1)]
@@ -130,7 +159,9 @@ def softmax11_axis1() -> onnx.ModelProto:
     """Softmax-11 with axis=1 on a rank-4 input (the input is coerced to 2-D at axis 1)."""
     nodes = [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=1)]
     g = helper.make_graph(
-        nodes, "softmax11", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+        nodes,
+        "softmax11",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 5])],
     )
     return _checked(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)], ir_version=6))
@@ -168,8 +199,11 @@ def resize10(mode: str) -> onnx.ModelProto:
     scales = numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 1.5], dtype=np.float32), "scales")
     nodes = [helper.make_node("Resize", ["x", "scales"], ["y"], name="resize", mode=mode)]
     g = helper.make_graph(
-        nodes, f"resize10_{mode}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 7])], initializer=[scales],
+        nodes,
+        f"resize10_{mode}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 7])],
+        initializer=[scales],
     )
     return _checked(helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)], ir_version=5))
 
@@ -177,7 +211,8 @@ def resize10(mode: str) -> onnx.ModelProto:
 def static_input(dims: list[int | str]) -> onnx.ModelProto:
     """A one-node Relu model whose single input ``x`` has the given declared dims."""
     g = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "static_input",
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "static_input",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)],
     )

@@ -25,7 +25,9 @@ def assert_close(
         a64, e64 = a.astype(np.float64), e.astype(np.float64)
         close = np.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
         ok = bool(np.all(close))
-    assert ok, f"{what}: max_abs={m.max_abs:.3g} max_rel={m.max_rel:.3g} cos={m.cosine:.6f} (rtol={rtol}, atol={atol})"
+    assert ok, (
+        f"{what}: max_abs={m.max_abs:.3g} max_rel={m.max_rel:.3g} cos={m.cosine:.6f} (rtol={rtol}, atol={atol})"
+    )
     return m
 
 

@@ -10,7 +10,9 @@ import onnx.parser
 __all__ = ["text_model", "rand"]
 
 
-def text_model(graph_text: str, opset: int = 17, ir_version: int = 8, **initializers: np.ndarray) -> onnx.ModelProto:
+def text_model(
+    graph_text: str, opset: int = 17, ir_version: int = 8, **initializers: np.ndarray
+) -> onnx.ModelProto:
     """Parse ``graph_text`` (an ONNX text-format graph) and add numpy initializers by name."""
     header = f'<ir_version: {ir_version}, opset_import: ["" : {opset}]>\n'
     model = onnx.parser.parse_model(header + graph_text)

@@ -23,8 +23,13 @@ logger = logging.getLogger(__name__)
 
 register_generic(
     {
-        "InstanceNormalization": 6, "LRN": 1, "LayerNormalization": 17, "GroupNormalization": 21,
-        "MeanVarianceNormalization": 9, "LpNormalization": 1, "Dropout": 12,
+        "InstanceNormalization": 6,
+        "LRN": 1,
+        "LayerNormalization": 17,
+        "GroupNormalization": 21,
+        "MeanVarianceNormalization": 9,
+        "LpNormalization": 1,
+        "Dropout": 12,
     }
 )
 

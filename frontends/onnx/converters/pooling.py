@@ -13,7 +13,13 @@ __all__: list[str] = []
 
 register_generic(
     {
-        "MaxPool": 1, "AveragePool": 1, "GlobalAveragePool": 1, "GlobalMaxPool": 1, "LpPool": 2,
-        "GlobalLpPool": 2, "MaxRoiPool": 1, "MaxUnpool": 9,
+        "MaxPool": 1,
+        "AveragePool": 1,
+        "GlobalAveragePool": 1,
+        "GlobalMaxPool": 1,
+        "LpPool": 2,
+        "GlobalLpPool": 2,
+        "MaxRoiPool": 1,
+        "MaxUnpool": 9,
     }
 )

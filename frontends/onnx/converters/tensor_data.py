@@ -26,17 +26,39 @@ __all__: list[str] = []
 
 register_generic(
     {
-        "Concat": 4, "Gather": 1, "GatherElements": 11, "GatherND": 11, "ScatterElements": 11,
-        "ScatterND": 11, "ConstantOfShape": 9, "Range": 11, "NonZero": 9, "OneHot": 11, "Trilu": 14,
-        "CumSum": 11, "ReverseSequence": 10, "Slice": 10, "Split": 18, "Pad": 11, "TopK": 10,
-        "CastLike": 15, "RandomNormalLike": 1, "RandomUniformLike": 1, "EyeLike": 9,
-        "Compress": 9, "Unique": 11,
+        "Concat": 4,
+        "Gather": 1,
+        "GatherElements": 11,
+        "GatherND": 11,
+        "ScatterElements": 11,
+        "ScatterND": 11,
+        "ConstantOfShape": 9,
+        "Range": 11,
+        "NonZero": 9,
+        "OneHot": 11,
+        "Trilu": 14,
+        "CumSum": 11,
+        "ReverseSequence": 10,
+        "Slice": 10,
+        "Split": 18,
+        "Pad": 11,
+        "TopK": 10,
+        "CastLike": 15,
+        "RandomNormalLike": 1,
+        "RandomUniformLike": 1,
+        "EyeLike": 9,
+        "Compress": 9,
+        "Unique": 11,
     }
 )
 
 _CONSTANT_ATTRS = {
-    "value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64,
-    "value_string": object, "value_strings": object,
+    "value_float": np.float32,
+    "value_floats": np.float32,
+    "value_int": np.int64,
+    "value_ints": np.int64,
+    "value_string": object,
+    "value_strings": object,
 }
 
 
@@ -124,4 +146,3 @@ def topk_v1(ctx: NodeContext) -> list[Value]:
     if k is None:
         raise ctx.fail("TopK-1 needs 'k'")
     return ctx.emit("TopK", [ctx.require(0), ctx.ints([int(k)], "k")], ctx.rest())
-

@@ -14,8 +14,17 @@ __all__: list[str] = []
 
 register_generic(
     {
-        "Reshape": 5, "Flatten": 1, "Transpose": 1, "Squeeze": 13, "Unsqueeze": 13, "Shape": 1, "Size": 1,
-        "Expand": 8, "Tile": 6, "DepthToSpace": 1, "SpaceToDepth": 1,
+        "Reshape": 5,
+        "Flatten": 1,
+        "Transpose": 1,
+        "Squeeze": 13,
+        "Unsqueeze": 13,
+        "Shape": 1,
+        "Size": 1,
+        "Expand": 8,
+        "Tile": 6,
+        "DepthToSpace": 1,
+        "SpaceToDepth": 1,
     }
 )
 
