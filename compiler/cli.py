@@ -11,10 +11,14 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from compiler.errors import KilnError, OptionError
+
+if TYPE_CHECKING:
+    from compiler.quant.options import QuantOptions
 
 __all__ = ["main", "build_parser"]
 
@@ -51,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--no-verify", action="store_true", help="skip checking artifacts against onnxruntime")
     comp.add_argument("--seed", type=int, default=0, help="seed of random verification inputs")
     _add_pipeline_flags(comp)
+    _add_quant_flags(comp)
 
     lst = sub.add_parser("passes", help="list the registered passes and named pipelines")
     lst.add_argument("--verbose-docs", action="store_true", help="print each pass's full docstring")
@@ -66,6 +71,56 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", type=Path, required=True)
     run.add_argument("-o", "--output", type=Path, required=True, metavar="Y.npz")
     return p
+
+
+def _add_quant_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("quantization")
+    g.add_argument("--quantize", choices=["int8", "fp16"], help="post-training quantization")
+    g.add_argument("--calib", type=Path, metavar="DATA", help=".npz/.npy (leading sample axis), or a folder")
+    g.add_argument("--calib-count", type=int, metavar="N", help="use the first N calibration samples")
+    g.add_argument("--calib-method", default="minmax", help="minmax | percentile[=99.999] | entropy | mse")
+    g.add_argument("--preprocess", help='image folders: "resize=224x224,mean=..,std=..,layout=NCHW,bgr"')
+    g.add_argument("--activation-type", default="uint8", choices=["uint8", "int8"])
+    g.add_argument("--per-tensor-weights", action="store_true", help="one weight scale per tensor")
+    g.add_argument(
+        "--keep-float",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="keep matching nodes in float (node name, op type or regex; repeatable)",
+    )
+    g.add_argument("--scales", type=Path, metavar="FILE", help="reuse a scales.json instead of calibrating")
+    g.add_argument("--min-sqnr", type=float, metavar="DB", help="fall back to float, most sensitive first")
+    g.add_argument("--bias-correction", action="store_true", help="correct the int8 bias shift")
+    g.add_argument("--calib-runtime", default="onnxruntime", choices=["onnxruntime", "interpreter"])
+
+
+def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
+    from compiler.quant.options import QuantOptions
+
+    given = [
+        f"--{f.replace('_', '-')}" for f in ("calib", "scales", "min_sqnr") if getattr(args, f) is not None
+    ]
+    given += ["--keep-float"] if args.keep_float else []
+    given += ["--bias-correction"] if args.bias_correction else []
+    if args.quantize is None:
+        if given:
+            raise OptionError(f"{given[0]} needs --quantize int8")
+        return None
+    return QuantOptions(
+        mode=args.quantize,
+        calib=args.calib,
+        calib_count=args.calib_count,
+        calib_method=args.calib_method,
+        preprocess=args.preprocess,
+        activation_dtype=args.activation_type,
+        per_channel=not args.per_tensor_weights,
+        keep_float=tuple(args.keep_float),
+        scales=args.scales,
+        min_sqnr=args.min_sqnr,
+        bias_correction=args.bias_correction,
+        calib_runtime=args.calib_runtime,
+    )
 
 
 def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
@@ -146,6 +201,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         pipeline=args.pipeline,
         dump_ir=args.dump_ir,
         timing=args.timing,
+        quant=_quant_options(args),
     )
     try:
         result = compile_model(options)

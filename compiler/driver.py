@@ -28,6 +28,7 @@ from compiler.ir.graph import Graph
 from compiler.ir.verifier import verify
 from compiler.options import CompileOptions
 from compiler.output_dir import atomic_output_dir
+from compiler.quant.quantize import QuantOutcome
 from compiler.runners import run_artifact, run_onnxruntime
 from compiler.verification import TOLERANCES, ArtifactCheck, compare_outputs
 
@@ -89,11 +90,14 @@ def compile_model(options: CompileOptions) -> CompileResult:
     verify(graph)
     feeds = _feeds(graph, options)
     timing = optimize(graph, options)
+    outcome = _quantize(graph, options)
 
     with atomic_output_dir(options.out_dir) as tmp:
         artifacts: list[Artifact] = []
         for kind in options.emit:
             artifacts.extend(get_emitter(kind)(graph, tmp, options))
+        if outcome is not None:
+            _write_quant_files(outcome, options, tmp)
         checks: list[ArtifactCheck] = []
         verification: dict[str, Any] = {"enabled": options.verify}
         if options.verify:
@@ -128,6 +132,8 @@ def compile_model(options: CompileOptions) -> CompileResult:
             ],
             "verification": verification,
         }
+        if outcome is not None:
+            manifest["quantization"] = outcome.report
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     result = CompileResult(options.out_dir, manifest, checks, timing.report())
     failed = [(c.path, name) for c in checks for name in c.failures()]
@@ -137,6 +143,35 @@ def compile_model(options: CompileOptions) -> CompileResult:
         err.result = result  # type: ignore[attr-defined]
         raise err
     return result
+
+
+def _quantize(graph: Graph, options: CompileOptions) -> QuantOutcome | None:
+    """The --quantize step: fp16 conversion or int8 QDQ."""
+    q = options.quant
+    if q is None:
+        return None
+    if q.mode == "fp16":
+        from compiler.pass_manager import PassManager
+
+        PassManager(["convert-fp16", "eliminate-dead-nodes"]).run(graph)
+        return None
+    from compiler.quant.quantize import quantize_int8
+
+    outcome = quantize_int8(graph, q)
+    verify(graph)
+    return outcome
+
+
+def _write_quant_files(outcome: QuantOutcome, options: CompileOptions, out_dir: Path) -> None:
+    """scales.json (reusable with --scales) next to the artifacts."""
+    from compiler.quant.scales_file import write_scales
+
+    assert options.quant is not None
+    meta = {"activation_dtype": options.quant.activation_dtype, "calib_method": options.quant.calib_method}
+    write_scales(
+        out_dir / "scales.json", outcome.result.activations, outcome.result.weights, outcome.ranges, meta
+    )
+    outcome.report["scales_file"] = "scales.json"
 
 
 def _feeds(graph: Graph, options: CompileOptions) -> dict[str, np.ndarray]:

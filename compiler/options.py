@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compiler.quant.options import QuantOptions
+
 __all__ = ["CompileOptions", "EMIT_KINDS"]
 
 EMIT_KINDS = ("onnx",)
@@ -26,6 +28,12 @@ class CompileOptions:
     passes: str | None = None
     dump_ir: Path | None = None
     timing: bool = False
+    quant: QuantOptions | None = None
+
+    @property
+    def precision(self) -> str:
+        """The artifacts' numeric precision: fp32, fp16 or int8."""
+        return self.quant.mode if self.quant is not None else "fp32"
 
     def manifest_view(self) -> dict[str, Any]:
         """The options as recorded in the manifest: deterministic, without machine paths."""
@@ -34,6 +42,7 @@ class CompileOptions:
         d["inputs"] = self.inputs.name if self.inputs else None
         d["input_shapes"] = {k: list(v) for k, v in sorted(self.input_shapes.items())}
         d["emit"] = list(self.emit)
+        d["quant"] = self.quant.manifest_view() if self.quant is not None else None
         for k in ("out_dir", "dump_ir", "timing"):
             d.pop(k)
         return d

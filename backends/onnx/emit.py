@@ -15,4 +15,4 @@ __all__ = ["emit_onnx"]
 def emit_onnx(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artifact]:
     """Export the optimized graph to ONNX."""
     save_onnx(graph, out_dir / "model.onnx")
-    return [Artifact(kind="onnx", target="onnxruntime", path="model.onnx", precision="fp32")]
+    return [Artifact(kind="onnx", target="onnxruntime", path="model.onnx", precision=options.precision)]

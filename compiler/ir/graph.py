@@ -380,18 +380,19 @@ class Graph:
             opdef, node.attrs, self.inputs_of(node), node.num_outputs, where=node.name or node.op
         )
 
-    def replace_all_uses(self, old: Value, new: Value) -> None:
+    def replace_all_uses(self, old: Value, new: Value, *, keep: Iterable[Node] = ()) -> None:
         """Make every consumer of ``old`` (and graph outputs) read ``new`` instead.
 
         A graph output keeps its public name; ``new`` also takes that name as its
         value name when it is an internal value (not a graph input or output).
         The producer of ``new`` keeps reading ``old`` (so ``y = f(x)`` can be put
-        after ``x`` with ``replace_all_uses(x, y)``).
+        after ``x`` with ``replace_all_uses(x, y)``); so do the nodes in ``keep``.
         """
         if old == new:
             return
+        kept = {n.id for n in keep} | {new.node}
         for user, port in self.users(old):
-            if user.id != new.node:
+            if user.id not in kept:
                 self.set_input(user, port, new)
         if not self.is_output(old):
             return

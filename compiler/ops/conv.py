@@ -18,7 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from compiler.ir.types import Dim, TensorType
-from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, register
+from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, QuantSpec, register
 from compiler.ops.shapes import AUTO_PADS, conv_out_dims, resolve_pads, window_params
 
 __all__ = [
@@ -319,6 +319,7 @@ register(
         inputs=(2, 3),
         layout=Layout.SPATIAL,
         quant=QuantPolicy.WEIGHTED,
+        qspec=QuantSpec(weight_axis=lambda attrs, rank: 0),
         doc="y[n,m,o] = b[m] + sum_{c,k} x_pad[n, g(m)*C/group + c, o*s + k*d] * W[m,c,k]",
     )
 )
@@ -331,6 +332,7 @@ register(
         inputs=(2, 3),
         layout=Layout.SPATIAL,
         quant=QuantPolicy.WEIGHTED,
+        qspec=QuantSpec(weight_axis=lambda attrs, rank: 1),
         doc="y[n, g*M/group + m, i*s + k*d - pad] += x[n, c, i] * W[c, m, k] (+ b); adjoint of Conv",
     )
 )

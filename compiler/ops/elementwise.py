@@ -18,6 +18,7 @@ from compiler.ops.registry import (
     NoAttrs,
     OpDef,
     QuantPolicy,
+    QuantSpec,
     ReferenceFn,
     register,
     same_as_input,
@@ -260,6 +261,7 @@ register(
         inputs=(1, 3),
         layout=Layout.AGNOSTIC,
         quant=QuantPolicy.ACTIVATION,
+        qspec=QuantSpec(activations=(0,), weight=None, bias=None),
         doc="y = min(max(x, min), max); min and max are optional scalar inputs",
     )
 )

@@ -17,7 +17,16 @@ import numpy as np
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.types import TensorType
 from compiler.ops.conv import ConvAttrs
-from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, get_op, register, same_as_input
+from compiler.ops.registry import (
+    InferContext,
+    Layout,
+    OpDef,
+    QuantPolicy,
+    QuantSpec,
+    get_op,
+    register,
+    same_as_input,
+)
 
 __all__ = ["KILN", "Activation", "ACTIVATIONS", "FusedConvAttrs", "activation_of"]
 
@@ -207,6 +216,7 @@ register(
         inputs=(2, 4),
         layout=Layout.SPATIAL,
         quant=QuantPolicy.WEIGHTED,
+        qspec=QuantSpec(activations=(0, 3), weight_axis=lambda attrs, rank: 0),
         expand=_fused_expand,
         doc="y = act(conv(x, W) + b + z); z is an optional residual",
     )

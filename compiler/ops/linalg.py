@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.ir.types import Dim, DType, TensorType
-from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, register
+from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, QuantSpec, register
 from compiler.ops.shapes import broadcast
 
 __all__ = ["GemmAttrs", "matmul_shape"]
@@ -125,6 +125,7 @@ register(
         inputs=(2, 2),
         layout=Layout.FIXED,
         quant=QuantPolicy.WEIGHTED,
+        qspec=QuantSpec(weight_axis=lambda attrs, rank: rank - 1, bias=None),
         doc="y = a @ b (numpy matmul: 1-D promotion, broadcast batch dims)",
     )
 )
@@ -137,6 +138,7 @@ register(
         inputs=(2, 3),
         layout=Layout.FIXED,
         quant=QuantPolicy.WEIGHTED,
+        qspec=QuantSpec(weight_axis=lambda attrs, rank: 0 if attrs.transB else 1),
         doc="y = alpha * op(A) @ op(B) + beta * C (C broadcasts to (M, N))",
     )
 )

@@ -207,7 +207,7 @@ register(
         MaxPoolAttrs,
         outputs=(1, 2),
         layout=Layout.SPATIAL,
-        quant=QuantPolicy.ACTIVATION,
+        quant=QuantPolicy.PASSTHROUGH,
         doc="y[n,c,o] = max_k x_pad[n,c,o*s+k*d] (-inf pads); optional Indices (int64 flat input index)",
     )
 )
@@ -238,7 +238,7 @@ register(
         _infer_global,
         _global_ref("max"),
         layout=Layout.SPATIAL,
-        quant=QuantPolicy.ACTIVATION,
+        quant=QuantPolicy.PASSTHROUGH,
         doc="y[n,c,1...] = max over spatial axes of x[n,c,...]",
     )
 )

@@ -73,6 +73,20 @@ class QuantPolicy(enum.Enum):
 
 
 @dataclass(frozen=True)
+class QuantSpec:
+    """Where a WEIGHTED op's activations, weight and bias enter (input ports).
+
+    ``weight_axis(attrs, weight_rank)`` is the weight's output-channel axis, the
+    axis of per-channel scales; the bias (int32) is quantized with s_x * s_w.
+    """
+
+    activations: tuple[int, ...] = (0,)
+    weight: int | None = 1
+    weight_axis: Callable[[Any, int], int] = lambda attrs, rank: 0
+    bias: int | None = 2
+
+
+@dataclass(frozen=True)
 class NoAttrs:
     """Attributes of an op without attributes."""
 
@@ -157,6 +171,7 @@ class OpDef:
     deterministic: bool = True
     layout: Layout = Layout.FIXED
     quant: QuantPolicy = QuantPolicy.NONE
+    qspec: QuantSpec | None = None
     expand: ExpandFn | None = None
     doc: str = ""
 

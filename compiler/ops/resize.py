@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.ir.types import Dim, DType, TensorType
-from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, register
+from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, QuantSpec, register
 from compiler.ops.shapes import UNKNOWN, normalize_axes, scaled_dim
 
 __all__ = ["ResizeAttrs", "resize_plan", "COORDINATE_MODES", "NEAREST_MODES"]
@@ -277,7 +277,8 @@ register(
         ResizeAttrs,
         inputs=(1, 4),
         layout=Layout.SPATIAL,
-        quant=QuantPolicy.NONE,
+        quant=QuantPolicy.ACTIVATION,
+        qspec=QuantSpec(activations=(0,), weight=None, bias=None),
         doc="y[i] = interp(x, T(i)) per resized axis; size floor(in*scale) or sizes",
     )
 )

@@ -1,0 +1,1 @@
+"""Post-training quantization: parameters, plans, calibration, QDQ insertion and analysis."""

@@ -1,0 +1,86 @@
+"""Calibration: run the float graph on sample inputs and observe activation ranges.
+
+The graph runs in onnxruntime (every observed value exported as an extra
+output) or in Kiln's interpreter; each observed value feeds its own observer,
+whose range (rmin, rmax) becomes that activation's quantization range.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from compiler.calibration.methods import CalibMethod
+from compiler.calibration.observers import make_observer
+from compiler.calibration.progress import Progress
+from compiler.ir.graph import Graph, Value
+
+__all__ = ["calibrate", "graph_runner", "GraphRunner"]
+
+log = logging.getLogger(__name__)
+
+GraphRunner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def graph_runner(graph: Graph, names: Sequence[str], runtime: str = "onnxruntime") -> GraphRunner:
+    """A function feeds -> {name: array} for the named values of ``graph``."""
+    by_name: dict[str, Value] = {}
+    for node in graph.nodes():
+        for v in graph.outputs_of(node):
+            by_name[v.name] = v
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise KeyError(f"no values named {missing[:5]} in the graph")
+    if runtime == "interpreter":
+        from compiler.ir.interpreter import run_graph
+
+        wanted = set(names)
+
+        def run_interp(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            out = run_graph(graph, feeds, keep_all=True)
+            return {k: v for k, v in out.items() if k in wanted}
+
+        return run_interp
+    import onnxruntime as ort
+
+    from backends.onnx.exporter import export_onnx, model_bytes
+
+    probe = graph.clone()
+    probe.set_outputs([Value(by_name[n].node, by_name[n].port, probe) for n in names], names=list(names))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model_bytes(export_onnx(probe)), so, providers=["CPUExecutionProvider"])
+    inputs = {i.name for i in sess.get_inputs()}
+
+    def run_ort(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outs = sess.run(list(names), {k: v for k, v in feeds.items() if k in inputs})
+        return dict(zip(names, outs, strict=True))
+
+    return run_ort
+
+
+def calibrate(
+    graph: Graph,
+    names: Sequence[str],
+    samples: Sequence[Mapping[str, np.ndarray]],
+    method: CalibMethod,
+    *,
+    symmetric: bool,
+    runtime: str = "onnxruntime",
+    progress: bool = True,
+) -> dict[str, tuple[float, float]]:
+    """Observe ``names`` over ``samples``; returns the calibrated (rmin, rmax) per value."""
+    if not samples:
+        raise ValueError("calibration needs at least one sample")
+    run = graph_runner(graph, names, runtime)
+    observers = {n: make_observer(method) for n in names}
+    with Progress(len(samples), f"calibrating ({method.name})", enabled=progress) as bar:
+        for feeds in samples:
+            outs = run(feeds)
+            for n in names:
+                observers[n].update(np.asarray(outs[n], dtype=np.float32))
+            bar.step()
+    return {n: observers[n].range(symmetric=symmetric) for n in names}
