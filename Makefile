@@ -29,8 +29,10 @@ demo: venv
 	$(PY) -m examples.digits.train $(DEMO)/example
 	$(BIN)/kiln compile $(DEMO)/example/digits_cnn.onnx -o $(DEMO)/compiled \
 		--inputs $(DEMO)/example/digits_inputs.npz
+	$(BIN)/kiln compile $(DEMO)/example/digits_cnn.onnx -o $(DEMO)/compiled-int8 --quantize int8 \
+		--calib $(DEMO)/example/digits_calib.npz --inputs $(DEMO)/example/digits_inputs.npz
 	$(PY) -m examples.digits.accuracy --holdout $(DEMO)/example/digits_holdout.npz \
-		$(DEMO)/example/digits_cnn.onnx $(DEMO)/compiled/model.onnx
+		$(DEMO)/example/digits_cnn.onnx $(DEMO)/compiled/model.onnx $(DEMO)/compiled-int8/model.onnx
 
 test: venv lint
 	$(PY) -m pytest -q

@@ -47,8 +47,10 @@ def graph_runner(graph: Graph, names: Sequence[str], runtime: str = "onnxruntime
 
     from backends.onnx.exporter import export_onnx, model_bytes
 
+    graph_inputs = {v.name for v in graph.inputs}
+    computed = [n for n in names if n not in graph_inputs]
     probe = graph.clone()
-    probe.set_outputs([Value(by_name[n].node, by_name[n].port, probe) for n in names], names=list(names))
+    probe.set_outputs([Value(by_name[n].node, by_name[n].port, probe) for n in computed], names=computed)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
@@ -56,8 +58,11 @@ def graph_runner(graph: Graph, names: Sequence[str], runtime: str = "onnxruntime
     inputs = {i.name for i in sess.get_inputs()}
 
     def run_ort(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        outs = sess.run(list(names), {k: v for k, v in feeds.items() if k in inputs})
-        return dict(zip(names, outs, strict=True))
+        outs = dict(
+            zip(computed, sess.run(computed, {k: v for k, v in feeds.items() if k in inputs}), strict=True)
+        )
+        outs.update({k: np.asarray(feeds[k]) for k in names if k in graph_inputs})
+        return outs
 
     return run_ort
 

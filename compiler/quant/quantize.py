@@ -81,6 +81,9 @@ def quantize_int8(graph: Graph, q: QuantOptions, *, progress: bool = True) -> Qu
         result = insert_qdq(graph, plan, params, per_channel=q.per_channel)
     except MissingScaleError as exc:
         raise KilnError(f"{q.scales or 'calibration'}: {exc.args[0]}") from None
+    from compiler.pass_manager import PassManager
+
+    PassManager(["eliminate-dead-nodes"]).run(graph)  # the float weights that were replaced
     outcome = QuantOutcome(float_graph, plan, ranges, params, result, samples)
     outcome.report = summary(outcome, q)
     return outcome

@@ -28,6 +28,7 @@ def evaluate(onnx_path: str | Path, holdout_npz: str | Path) -> float:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    options.log_severity_level = 3
     session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     feed_name = session.get_inputs()[0].name
     out_name = session.get_outputs()[0].name
@@ -36,6 +37,13 @@ def evaluate(onnx_path: str | Path, holdout_npz: str | Path) -> float:
         logits = session.run([out_name], {feed_name: image})[0]
         correct += int(np.argmax(logits.reshape(-1)) == label)
     return correct / int(labels.shape[0])
+
+
+def _is_qdq(path: Path) -> bool:
+    """True if the model holds QuantizeLinear nodes (an int8 QDQ model)."""
+    import onnx
+
+    return any(n.op_type == "QuantizeLinear" for n in onnx.load(str(path)).graph.node)
 
 
 def _cli(argv: list[str] | None = None) -> int:
@@ -47,7 +55,8 @@ def _cli(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", type=Path, required=True, help="digits_holdout.npz written by train.py")
     args = parser.parse_args(argv)
     for model in args.models:
-        print(f"float accuracy {evaluate(model, args.holdout):.4f}  {model}")
+        kind = "int8 " if _is_qdq(model) else "float"
+        print(f"{kind} accuracy {evaluate(model, args.holdout):.4f}  {model}")
     return 0
 
 
