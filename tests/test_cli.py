@@ -184,3 +184,14 @@ def test_inspect_and_onnx_compile_do_not_import_tvm(tmp_path: Path) -> None:
         "assert 'tvm' not in sys.modules, 'tvm was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=Path(__file__).parents[1])
+
+
+def test_compile_dump_ir_and_timing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump = tmp_path / "ir"
+    assert kiln("compile", ULTRA, "-o", tmp_path / "o", "--dump-ir", dump, "--timing", "--no-verify") == 0
+    out = capsys.readouterr().out
+    assert "fold-batchnorm" in out and "total" in out
+    files = sorted(p.name for p in dump.iterdir())
+    assert files[0] == "00-input.txt" and any("fuse-conv-bias-act" in f for f in files)
+    assert "BatchNormalization" in (dump / files[0]).read_text()
+    assert "BatchNormalization" not in (dump / files[-1]).read_text()
