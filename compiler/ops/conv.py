@@ -45,17 +45,11 @@ class ConvAttrs:
 
 
 @dataclass(frozen=True)
-class ConvTransposeAttrs:
+class ConvTransposeAttrs(ConvAttrs):
     """ConvTranspose attributes; ``output_shape`` (spatial) overrides ``pads`` when given."""
 
-    auto_pad: str = "NOTSET"
-    dilations: tuple[int, ...] = ()
-    group: int = 1
-    kernel_shape: tuple[int, ...] = ()
     output_padding: tuple[int, ...] = ()
     output_shape: tuple[int, ...] = ()
-    pads: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()
 
 
 # ------------------------------------------------------------------ numpy kernels

@@ -28,16 +28,24 @@ from compiler.ops.shapes import broadcast
 __all__ = ["LeakyReluAttrs", "HardSigmoidAttrs", "EluAttrs", "BINARY_OPS", "UNARY_OPS"]
 
 
-def _infer_broadcast(ctx: InferContext) -> list[TensorType]:
-    ta, tb = ctx.type(0), ctx.type(1)
-    if ta.dtype != tb.dtype:
-        raise ctx.fail(f"input dtypes differ: {ta.dtype.short} vs {tb.dtype.short}")
-    if ta.shape is None or tb.shape is None:
-        return [TensorType(ta.dtype, None)]
-    try:
-        return [TensorType(ta.dtype, broadcast([ta.shape, tb.shape], ctx.where))]
-    except ValueError as exc:
-        raise ctx.fail(str(exc)) from None
+def _broadcast_infer(same_dtype: bool) -> Callable[[InferContext], list[TensorType]]:
+    """Inference of y = f(a, b) with numpy broadcasting; y has a's dtype."""
+
+    def infer(ctx: InferContext) -> list[TensorType]:
+        ta, tb = ctx.type(0), ctx.type(1)
+        if same_dtype and ta.dtype != tb.dtype:
+            raise ctx.fail(f"input dtypes differ: {ta.dtype.short} vs {tb.dtype.short}")
+        if ta.shape is None or tb.shape is None:
+            return [TensorType(ta.dtype, None)]
+        try:
+            return [TensorType(ta.dtype, broadcast([ta.shape, tb.shape], ctx.where))]
+        except ValueError as exc:
+            raise ctx.fail(str(exc)) from None
+
+    return infer
+
+
+_infer_broadcast = _broadcast_infer(same_dtype=True)
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -102,20 +110,10 @@ for _name, _fn in BINARY_OPS.items():
     )
 
 
-def _infer_pow(ctx: InferContext) -> list[TensorType]:
-    ta, tb = ctx.type(0), ctx.type(1)
-    if ta.shape is None or tb.shape is None:
-        return [TensorType(ta.dtype, None)]
-    try:
-        return [TensorType(ta.dtype, broadcast([ta.shape, tb.shape], ctx.where))]
-    except ValueError as exc:
-        raise ctx.fail(str(exc)) from None
-
-
 register(
     OpDef(
         "Pow",
-        _infer_pow,
+        _broadcast_infer(same_dtype=False),
         lambda ins, a, n: [_pow(*_present(ins, 2))],
         inputs=(2, 2),
         layout=Layout.AGNOSTIC,
@@ -213,20 +211,10 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(erf, otypes=[np.float64])(x).astype(x.dtype)
 
 
-def _infer_prelu(ctx: InferContext) -> list[TensorType]:
-    tx, ts = ctx.type(0), ctx.type(1)
-    if tx.shape is None or ts.shape is None:
-        return [tx]
-    try:
-        return [TensorType(tx.dtype, broadcast([tx.shape, ts.shape], ctx.where))]
-    except ValueError as exc:
-        raise ctx.fail(str(exc)) from None
-
-
 register(
     OpDef(
         "PRelu",
-        _infer_prelu,
+        _broadcast_infer(same_dtype=False),
         _prelu_ref,
         inputs=(2, 2),
         layout=Layout.SPATIAL,
