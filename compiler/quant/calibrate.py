@@ -3,6 +3,12 @@
 The graph runs in onnxruntime (every observed value exported as an extra
 output) or in Kiln's interpreter; each observed value feeds its own observer,
 whose range (rmin, rmax) becomes that activation's quantization range.
+
+Histogram methods (percentile, entropy, mse) take two passes over the same
+samples (the first fixes each histogram's grid from the global extremes, as
+onnxruntime's ``quantize_static`` does). The first pass keeps the observed
+arrays in memory while they fit in ``CACHE_BYTES``, so that the second pass
+replays them instead of running the model again.
 """
 
 from __future__ import annotations
@@ -13,15 +19,17 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from compiler.calibration.methods import CalibMethod
-from compiler.calibration.observers import make_observer
+from compiler.calibration.observers import Observer, make_observer
 from compiler.calibration.progress import Progress
 from compiler.ir.graph import Graph, Value
 
-__all__ = ["calibrate", "graph_runner", "GraphRunner"]
+__all__ = ["calibrate", "graph_runner", "GraphRunner", "CACHE_BYTES"]
 
 log = logging.getLogger(__name__)
 
 GraphRunner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+CACHE_BYTES = 1 << 30  # observed arrays kept between passes; past this the model runs again
 
 
 def graph_runner(graph: Graph, names: Sequence[str], runtime: str = "onnxruntime") -> GraphRunner:
@@ -76,16 +84,50 @@ def calibrate(
     symmetric: bool,
     runtime: str = "onnxruntime",
     progress: bool = True,
+    cache_bytes: int = CACHE_BYTES,
 ) -> dict[str, tuple[float, float]]:
-    """Observe ``names`` over ``samples``; returns the calibrated (rmin, rmax) per value."""
+    """Observe ``names`` over ``samples``; returns the calibrated (rmin, rmax) per value.
+
+    Args:
+        graph: The float graph to run.
+        names: The values to observe.
+        samples: Feed dicts, one per calibration sample.
+        method: The calibration method (its ``passes`` decide how often the samples are seen).
+        symmetric: The quantizer is symmetric (int8 activations).
+        runtime: ``onnxruntime`` or ``interpreter``.
+        progress: Draw a progress bar on stderr.
+        cache_bytes: Memory for the observed arrays between passes (0: run the model every pass).
+    """
     if not samples:
         raise ValueError("calibration needs at least one sample")
     run = graph_runner(graph, names, runtime)
     observers = {n: make_observer(method) for n in names}
-    with Progress(len(samples), f"calibrating ({method.name})", enabled=progress) as bar:
-        for feeds in samples:
-            outs = run(feeds)
-            for n in names:
-                observers[n].update(np.asarray(outs[n], dtype=np.float32))
-            bar.step()
+    passes = method.passes
+    cache: list[dict[str, np.ndarray]] | None = [] if passes > 1 else None
+    used = 0
+    label = f"calibrating ({method.name})"
+    with Progress(len(samples) * passes, label, enabled=progress) as bar:
+        for p in range(passes):
+            if p:
+                for obs in observers.values():
+                    obs.next_pass()
+            for i, feeds in enumerate(samples):
+                if p and cache is not None:
+                    outs = cache[i]
+                else:
+                    outs = {n: np.asarray(v, dtype=np.float32) for n, v in run(feeds).items() if n in observers}
+                _observe(observers, outs)
+                if p == 0 and cache is not None:
+                    used += sum(a.nbytes for a in outs.values())
+                    if used <= cache_bytes:
+                        cache.append(outs)
+                    else:
+                        log.info("calibration cache over %d bytes: the second pass reruns the model", used)
+                        cache = None
+                bar.step()
     return {n: observers[n].range(symmetric=symmetric) for n in names}
+
+
+def _observe(observers: Mapping[str, Observer], outs: Mapping[str, np.ndarray]) -> None:
+    for n, obs in observers.items():
+        obs.update(outs[n])
