@@ -19,20 +19,25 @@ __all__ = ["Tolerance", "OutputCheck", "ArtifactCheck", "compare_outputs", "TOLE
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Pass criteria: max_rel = max|a-e| / max(1, max|e|) and a cosine floor."""
+    """Pass criteria: max_rel = max|a-e| / max(1, max|e|), a cosine floor and an SQNR floor (dB)."""
 
     max_rel: float
     min_cosine: float = 0.0
+    min_sqnr_db: float = float("-inf")
 
-    def accepts(self, max_rel: float, cosine: float) -> bool:
+    def accepts(self, max_rel: float, cosine: float, sqnr_db: float = float("inf")) -> bool:
         """True if the measured errors are within bounds."""
-        return max_rel <= self.max_rel and cosine >= self.min_cosine
+        return bool(max_rel <= self.max_rel and cosine >= self.min_cosine and sqnr_db >= self.min_sqnr_db)
 
 
+# fp32 artifacts must be numerically equal up to reassociation. Reduced precision is judged on the
+# whole tensor (cosine, SQNR), not its single worst element: one fp16 rounding can flip a pixel that
+# sits on a sigmoid's steep slope while the output as a whole keeps 40 dB. int8 only guards against
+# a broken artifact here; the quantization report and --min-sqnr carry the accuracy target.
 TOLERANCES: dict[str, Tolerance] = {
     "fp32": Tolerance(max_rel=1e-4, min_cosine=0.99999),
-    "fp16": Tolerance(max_rel=2e-2, min_cosine=0.999),
-    "int8": Tolerance(max_rel=float("inf"), min_cosine=0.98),
+    "fp16": Tolerance(max_rel=float("inf"), min_cosine=0.999, min_sqnr_db=30.0),
+    "int8": Tolerance(max_rel=float("inf"), min_cosine=0.9),
 }
 
 
@@ -91,6 +96,9 @@ class ArtifactCheck:
             "tolerance": {
                 "max_rel": self.tolerance.max_rel if np.isfinite(self.tolerance.max_rel) else None,
                 "min_cosine": self.tolerance.min_cosine,
+                "min_sqnr_db": self.tolerance.min_sqnr_db
+                if np.isfinite(self.tolerance.min_sqnr_db)
+                else None,
             },
             "passed": self.passed,
             "outputs": [o.as_dict() for o in self.outputs],
@@ -109,7 +117,9 @@ def compare_outputs(
             continue
         m = agreement(got, ref)
         checks.append(
-            OutputCheck(name, m.max_abs, m.max_rel, m.cosine, m.sqnr_db, tol.accepts(m.max_rel, m.cosine))
+            OutputCheck(
+                name, m.max_abs, m.max_rel, m.cosine, m.sqnr_db, tol.accepts(m.max_rel, m.cosine, m.sqnr_db)
+            )
         )
     return checks
 
