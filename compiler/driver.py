@@ -74,9 +74,23 @@ def describe_values(graph: Graph, which: str) -> list[dict[str, Any]]:
 def reference_outputs(
     model: Path, fmt: str, feeds: dict[str, np.ndarray]
 ) -> tuple[str, dict[str, np.ndarray]]:
-    """Run the *source* model in its own reference runtime."""
+    """Run the *source* model in its own reference runtime.
+
+    MegEngine has no runtime here (its wheel needs Python <= 3.10), so a ``.mge``
+    source is judged by onnxruntime running the ONNX export of the *unoptimized*
+    imported graph: the artifacts are checked against a runtime other than Kiln,
+    on a graph no Kiln pass has touched. (The import itself is checked against
+    outputs MegEngine computed, in tests/test_megengine_frontend.py.)
+    """
     if fmt == "onnx":
         return "onnxruntime", run_onnxruntime(model, feeds)
+    if fmt == "megengine":
+        from backends.onnx.exporter import export_onnx, model_bytes
+        from frontends.registry import load_model
+
+        shapes = {name: tuple(np.shape(arr)) for name, arr in feeds.items()}
+        imported = load_model(model, input_shapes=shapes)
+        return "onnxruntime (unoptimized import)", run_onnxruntime(model_bytes(export_onnx(imported)), feeds)
     return fmt, run_artifact(model, feeds)
 
 
@@ -163,7 +177,8 @@ def _quantize(graph: Graph, options: CompileOptions) -> QuantOutcome | None:
 
 
 def _write_quant_files(outcome: QuantOutcome, options: CompileOptions, out_dir: Path) -> None:
-    """scales.json (reusable with --scales) next to the artifacts."""
+    """scales.json (reusable with --scales); with the sensitivity analysis, report.md and sensitivity.png."""
+    from compiler.quant.report import CHART_FILE, REPORT_FILE, write_report
     from compiler.quant.scales_file import write_scales
 
     assert options.quant is not None
@@ -172,6 +187,11 @@ def _write_quant_files(outcome: QuantOutcome, options: CompileOptions, out_dir: 
         out_dir / "scales.json", outcome.result.activations, outcome.result.weights, outcome.ranges, meta
     )
     outcome.report["scales_file"] = "scales.json"
+    written = write_report(out_dir, outcome, options.quant, options.model.name)
+    if REPORT_FILE in written:
+        outcome.report["report"] = REPORT_FILE
+    if CHART_FILE in written:
+        outcome.report["chart"] = CHART_FILE
 
 
 def _feeds(graph: Graph, options: CompileOptions) -> dict[str, np.ndarray]:

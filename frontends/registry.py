@@ -2,8 +2,8 @@
 
 Each entry names a format, its suffixes, a sniffing function over the first
 bytes of the file and a lazily imported ``"module:function"`` loader with the
-signature ``load(path, *, input_shapes=None) -> Graph``. Only ONNX exists now;
-MNN and MegEngine frontends register through :func:`register_frontend`.
+signature ``load(path, *, input_shapes=None) -> Graph``. ONNX and MegEngine are
+registered here; other frontends register through :func:`register_frontend`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,18 @@ def _sniff_onnx(head: bytes) -> bool:
     return bool(head) and head[0] in (0x08, 0x12, 0x1A, 0x22, 0x3A, 0x42) and b"\x00" * 8 not in head[:16]
 
 
+def _sniff_megengine(head: bytes) -> bool:
+    # Lazy: the container module imports nothing heavy. It also claims the refused
+    # 'mgb0001' files, so that they get the frontend's clear message.
+    from frontends.megengine.container import sniff
+
+    return sniff(head)
+
+
 register_frontend(Frontend("onnx", (".onnx",), _sniff_onnx, "frontends.onnx.loader:load_onnx"))
+register_frontend(
+    Frontend("megengine", (".mge", ".mdl"), _sniff_megengine, "frontends.megengine.loader:load_mge")
+)
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:

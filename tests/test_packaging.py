@@ -18,9 +18,13 @@ def test_wheel_contents(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheels[0]).namelist()
     for pkg in ("compiler", "compiler/ir", "compiler/ops", "compiler/quant", "compiler/calibration", "passes",
                 "frontends", "frontends/onnx", "frontends/onnx/converters", "backends", "backends/onnx", "schemas",
+                "frontends/megengine", "frontends/megengine/converters", "frontends/megengine/generated",
+                "schemas/megengine",
                 "examples/digits"):
         assert f"{pkg}/__init__.py" in names, pkg
-    for mod in ("passes/fold_batchnorm.py", "passes/fuse_conv_bias_act.py", "compiler/cli.py"):
+    for mod in ("passes/fold_batchnorm.py", "passes/fuse_conv_bias_act.py", "compiler/cli.py",
+                "frontends/megengine/generated/schema_v2_generated.py", "schemas/megengine/schema_v2.fbs",
+                "schemas/megengine/generate.py"):
         assert mod in names, mod
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "kiln = compiler.cli:main" in zipfile.ZipFile(wheels[0]).read(entry).decode()
