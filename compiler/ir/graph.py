@@ -357,9 +357,9 @@ class Graph:
             if data["dst_port"] == port:
                 self._g.remove_edge(src, node.id, key)
         if value is not None:
-            self._g.add_edge(value.node, node.id, src_port=value.port, dst_port=port)
-            if not nx.is_directed_acyclic_graph(self._g):
+            if value.node == node.id or nx.has_path(self._g, node.id, value.node):
                 raise GraphError(f"connecting {value.name!r} to {node.describe()} creates a cycle")
+            self._g.add_edge(value.node, node.id, src_port=value.port, dst_port=port)
         self._notify("rewire", node)
 
     def set_attrs(self, node: Node, attrs: Any) -> None:

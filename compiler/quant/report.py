@@ -1,0 +1,130 @@
+"""The quantization report: ``report.md`` (tables) and ``sensitivity.png`` (a bar chart).
+
+report.md lists the settings (calibration method and sample count, evaluation samples,
+bias correction, ``--min-sqnr``), the per-output SQNR and cosine of the all-int8 model and
+of the emitted one, the layers sent back to float, and one row per planned layer with its
+single-layer scores (see :mod:`compiler.quant.sensitivity` for the math). The chart draws
+each layer's single-layer SQNR of its worst output (the quantity ``--min-sqnr`` bounds),
+layers sent back to float in orange, and the threshold as a red vertical line.
+Numbers are printed with fixed precision, so both files are byte-identical across runs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from compiler.quant.chart import Bar, bar_chart, encode_png
+
+if TYPE_CHECKING:
+    from compiler.quant.options import QuantOptions
+    from compiler.quant.quantize import QuantOutcome
+
+__all__ = ["write_report", "REPORT_FILE", "CHART_FILE", "report_text", "chart_png"]
+
+REPORT_FILE = "report.md"
+CHART_FILE = "sensitivity.png"
+
+
+def _db(v: float) -> str:
+    if v >= 999.0:
+        return "exact"
+    if v <= -999.0:
+        return "-inf"
+    return f"{v:.2f}"
+
+
+def _cos(v: float) -> str:
+    return f"{v:.6f}" if math.isfinite(v) else "nan"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
+    """The Markdown report."""
+    sens = outcome.sensitivity
+    assert sens is not None
+    fb = outcome.fallback
+    float_set = set(fb.float_nodes) if fb is not None else set()
+    lines = [f"# Quantization report: {_cell(model_name)}", ""]
+    calib = q.calib.name if q.calib else "none"
+    weights = "per channel" if q.per_channel else "per tensor"
+    lines += [
+        f"- calibration: {q.calib_method}, {len(outcome.samples)} sample(s) from `{calib}`",
+        f"- evaluation: the first {sens.samples} calibration sample(s), against the float graph",
+        f"- activations {q.activation_dtype}, int8 weights {weights}",
+        f"- bias correction: {_bias_line(outcome) if q.bias_correction else 'off'}",
+        f"- planned layers: {len(sens.layers)}; in int8: {len(sens.layers) - len(float_set)}",
+        "",
+        "SQNR = 10 log10(sum y^2 / sum (y_q - y)^2) over the evaluation samples (dB); cosine of y_q and y.",
+        "",
+        "## Model outputs",
+        "",
+        "| output | SQNR all-int8 (dB) | cosine all-int8 | SQNR emitted (dB) | cosine emitted |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    final = outcome.final_scores
+    for name, s in sens.full_model.items():
+        f = final.get(name, s)
+        lines.append(
+            f"| {_cell(name)} | {_db(s.sqnr_db)} | {_cos(s.cosine)} | {_db(f.sqnr_db)} | {_cos(f.cosine)} |"
+        )
+    lines += ["", "## Mixed precision", ""]
+    if fb is None:
+        lines.append("No `--min-sqnr` target: every planned layer is int8.")
+    elif not fb.float_layers:
+        lines.append(
+            f"Target {fb.target_db:g} dB on the worst output: met at full int8 "
+            f"({_db(fb.worst_db)} dB); no layer sent back to float."
+        )
+    else:
+        lines.append(
+            f"Target {fb.target_db:g} dB on the worst output: {len(fb.float_layers)} layer(s) sent back "
+            f"to float, most sensitive first; worst output now {_db(fb.worst_db)} dB "
+            f"({fb.evaluations} model evaluations)."
+        )
+        lines += ["", "Float fallbacks:", ""]
+        lines += [f"{i}. `{_cell(name)}`" for i, name in enumerate(fb.float_layers, 1)]
+    lines += [
+        "",
+        "## Layers",
+        "",
+        "Each layer quantized alone (inputs, weights, bias and outputs), every other layer float.",
+        "",
+        "| # | layer | op | SQNR (dB) | worst output (dB) | cosine | precision |",
+        "|---:|---|---|---:|---:|---:|---|",
+    ]
+    for i, lay in enumerate(sens.layers, 1):
+        prec = "float" if lay.node in float_set else "int8"
+        lines.append(
+            f"| {i} | {_cell(lay.name)} | {_cell(lay.op)} | {_db(lay.overall.sqnr_db)} | "
+            f"{_db(lay.worst_sqnr)} | {_cos(lay.overall.cosine)} | {prec} |"
+        )
+    lines += ["", f"Chart: `{CHART_FILE}` (bars: worst-output SQNR; orange: sent back to float).", ""]
+    return "\n".join(lines)
+
+
+def _bias_line(outcome: QuantOutcome) -> str:
+    s = outcome.bias_summary
+    return f"on, {s.get('layers', 0)} layer(s) corrected, largest shift {s.get('max_abs_shift', 0.0)}"
+
+
+def chart_png(outcome: QuantOutcome, q: QuantOptions) -> bytes:
+    """The sensitivity bar chart as PNG bytes."""
+    sens = outcome.sensitivity
+    assert sens is not None
+    float_set = set(outcome.fallback.float_nodes) if outcome.fallback is not None else set()
+    bars = [Bar(lay.name, round(lay.worst_sqnr, 4), lay.node in float_set) for lay in sens.layers]
+    return encode_png(bar_chart(bars, threshold=q.min_sqnr))
+
+
+def write_report(out_dir: Path, outcome: QuantOutcome, q: QuantOptions, model_name: str) -> list[str]:
+    """Write report.md and sensitivity.png into ``out_dir``; their names ([] without the analysis)."""
+    if outcome.sensitivity is None:
+        return []
+    (out_dir / REPORT_FILE).write_text(report_text(outcome, q, model_name))
+    (out_dir / CHART_FILE).write_bytes(chart_png(outcome, q))
+    return [REPORT_FILE, CHART_FILE]
