@@ -183,9 +183,9 @@ def _write_quant_files(outcome: QuantOutcome, options: CompileOptions, out_dir: 
 
     assert options.quant is not None
     meta = {"activation_dtype": options.quant.activation_dtype, "calib_method": options.quant.calib_method}
-    write_scales(
-        out_dir / "scales.json", outcome.result.activations, outcome.result.weights, outcome.ranges, meta
-    )
+    # every calibrated activation (layers sent back to float by --min-sqnr too), as used where used
+    acts = {**outcome.params, **outcome.result.activations}
+    write_scales(out_dir / "scales.json", acts, outcome.result.weights, outcome.ranges, meta)
     outcome.report["scales_file"] = "scales.json"
     written = write_report(out_dir, outcome, options.quant, options.model.name)
     if REPORT_FILE in written:

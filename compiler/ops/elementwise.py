@@ -190,6 +190,7 @@ UNARY_OPS: dict[str, tuple[Callable[[np.ndarray, Any], np.ndarray], type | None,
 }
 
 _QUANT_UNARY = {"Relu": QuantPolicy.ACTIVATION}
+_QSPEC_UNARY = {"Relu": QuantSpec(activations=(0,), weight=None, bias=None, shares_output_grid=True)}
 
 for _name, (_ufn, _attrs, _doc) in UNARY_OPS.items():
     register(
@@ -200,6 +201,7 @@ for _name, (_ufn, _attrs, _doc) in UNARY_OPS.items():
             _attrs or NoAttrs,
             layout=Layout.AGNOSTIC,
             quant=_QUANT_UNARY.get(_name, QuantPolicy.NONE),
+            qspec=_QSPEC_UNARY.get(_name),
             doc=_doc,
         )
     )
@@ -249,7 +251,7 @@ register(
         inputs=(1, 3),
         layout=Layout.AGNOSTIC,
         quant=QuantPolicy.ACTIVATION,
-        qspec=QuantSpec(activations=(0,), weight=None, bias=None),
+        qspec=QuantSpec(activations=(0,), weight=None, bias=None, shares_output_grid=True),
         doc="y = min(max(x, min), max); min and max are optional scalar inputs",
     )
 )

@@ -154,6 +154,7 @@ register(
         domain=KILN,
         layout=Layout.AGNOSTIC,
         quant=QuantPolicy.ACTIVATION,
+        qspec=QuantSpec(activations=(0,), weight=None, bias=None, shares_output_grid=True),
         expand=_relu6_expand,
         doc="y = min(max(x, 0), 6)",
     )

@@ -74,16 +74,24 @@ class QuantPolicy(enum.Enum):
 
 @dataclass(frozen=True)
 class QuantSpec:
-    """Where a WEIGHTED op's activations, weight and bias enter (input ports).
+    """How post-training quantization meets an op's inputs (by input port).
 
-    ``weight_axis(attrs, weight_rank)`` is the weight's output-channel axis, the
-    axis of per-channel scales; the bias (int32) is quantized with s_x * s_w.
+    ``activations`` are the ports quantized as activations (None: every input, e.g. Concat).
+    For WEIGHTED ops, ``weight`` is the constant weight's port and ``weight_axis(attrs,
+    weight_rank)`` its output-channel axis, the axis of per-channel scales; the bias at
+    ``bias`` is quantized to int32 with s_x * s_w.
+
+    ``shares_output_grid`` marks ops that only copy or clamp values (Concat, Relu, Clip):
+    an input read by this op alone is quantized straight onto the op's output grid, so that
+    the op's own requantization is exact (one rounding instead of two). For a clamp,
+    q(x) on the grid of [0, b] already is relu(x) on that grid.
     """
 
-    activations: tuple[int, ...] = (0,)
+    activations: tuple[int, ...] | None = (0,)
     weight: int | None = 1
     weight_axis: Callable[[Any, int], int] = lambda attrs, rank: 0
     bias: int | None = 2
+    shares_output_grid: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,16 @@ import numpy as np
 
 from compiler.ir.types import Dim, DType, TensorType
 from compiler.ops.inputs import arg, const_len, first, int_const
-from compiler.ops.registry import AttrError, InferContext, Layout, NoAttrs, OpDef, QuantPolicy, register
+from compiler.ops.registry import (
+    AttrError,
+    InferContext,
+    Layout,
+    NoAttrs,
+    OpDef,
+    QuantPolicy,
+    QuantSpec,
+    register,
+)
 from compiler.ops.shapes import (
     UNKNOWN,
     broadcast_all,
@@ -96,6 +105,7 @@ register(
         ConcatAttrs,
         inputs=(1, -1),
         quant=QuantPolicy.ACTIVATION,
+        qspec=QuantSpec(activations=None, weight=None, bias=None, shares_output_grid=True),
         doc="y = concatenate(inputs, axis)",
     )
 )

@@ -7,8 +7,8 @@ whose range (rmin, rmax) becomes that activation's quantization range.
 Histogram methods (percentile, entropy, mse) take two passes over the same
 samples (the first fixes each histogram's grid from the global extremes, as
 onnxruntime's ``quantize_static`` does). The first pass keeps the observed
-arrays in memory while they fit in ``CACHE_BYTES``, so that the second pass
-replays them instead of running the model again.
+arrays of as many samples as fit in ``CACHE_BYTES``; the second pass replays
+those and runs the model again only for the rest.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def calibrate(
     run = graph_runner(graph, names, runtime)
     observers = {n: make_observer(method) for n in names}
     passes = method.passes
-    cache: list[dict[str, np.ndarray]] | None = [] if passes > 1 else None
+    cache: list[dict[str, np.ndarray] | None] = []  # pass 1's arrays per sample, while they fit
     used = 0
     label = f"calibrating ({method.name})"
     with Progress(len(samples) * passes, label, enabled=progress) as bar:
@@ -112,19 +112,21 @@ def calibrate(
                 for obs in observers.values():
                     obs.next_pass()
             for i, feeds in enumerate(samples):
-                if p and cache is not None:
-                    outs = cache[i]
-                else:
-                    outs = {n: np.asarray(v, dtype=np.float32) for n, v in run(feeds).items() if n in observers}
+                outs = cache[i] if p else None
+                if not outs:
+                    outs = {
+                        n: np.asarray(v, dtype=np.float32) for n, v in run(feeds).items() if n in observers
+                    }
                 _observe(observers, outs)
-                if p == 0 and cache is not None:
+                if p == 0 and passes > 1:
                     used += sum(a.nbytes for a in outs.values())
-                    if used <= cache_bytes:
-                        cache.append(outs)
-                    else:
-                        log.info("calibration cache over %d bytes: the second pass reruns the model", used)
-                        cache = None
+                    cache.append(outs if used <= cache_bytes else None)
+                elif p and cache[i] is not None:
+                    cache[i] = {}  # release the arrays; {} still records that they were cached
                 bar.step()
+    rerun = sum(c is None for c in cache)
+    if rerun:
+        log.info("calibration: %d of %d samples ran twice (cache %d bytes)", rerun, len(samples), cache_bytes)
     return {n: observers[n].range(symmetric=symmetric) for n in names}
 
 

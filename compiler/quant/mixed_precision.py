@@ -16,6 +16,10 @@ SQNR of the model with L_1..L_k in float and every other planned layer in int8.
    tried and dropped: with a handful of evaluation samples it fits them too tightly (on
    yunet it kept a layer whose int8 output cost a hold-out output 20 dB).
 
+The search aims at DB + MARGIN_DB on the evaluation (calibration) samples: with 4 to 16
+samples the measured SQNR is optimistic on unseen data (ppocr: 31.2 dB on the calibration
+samples was 26.9 dB on the hold-out set), and the margin buys that gap back.
+
 m(k) for k = all planned layers is the float graph itself (noise 0, +999 dB), so a finite
 target is always reached; :class:`KilnError` is raised only if even that measurement
 misses it (which would mean the float graph is not deterministic).
@@ -42,7 +46,9 @@ from compiler.quant.sensitivity import (
     scores_of,
 )
 
-__all__ = ["FallbackResult", "choose_fallback", "fallback_order"]
+__all__ = ["FallbackResult", "choose_fallback", "fallback_order", "MARGIN_DB"]
+
+MARGIN_DB = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +119,12 @@ def choose_fallback(
         cache[frozenset()] = dict(report.full_model)
     full = measure(frozenset())
     result.before = full
-    if _worst(full) >= target_db:
+    aim = target_db + MARGIN_DB
+    if _worst(full) >= aim:
         result.after = full
         return result
     order = fallback_order(report)
-    k = _search(lambda n: _worst(measure(frozenset(order[:n]))) >= target_db, len(order))
+    k = _search(lambda n: _worst(measure(frozenset(order[:n]))) >= aim, len(order))
     if k is None:
         raise KilnError(
             f"--min-sqnr {target_db:g}: the model misses it even with every quantized layer in float "

@@ -1,14 +1,21 @@
 """Quantization parameters: real range -> (scale, zero point), and the int math.
 
-For a b-bit grid [qmin, qmax] and a real range [rmin, rmax] widened to contain 0:
+Scales and zero points come from one implementation,
+:func:`compiler.calibration.qparams.compute_scale_zero_point`, which is bit-identical to
+onnxruntime's ``compute_scale_zp``. For a range [rmin, rmax] widened to contain 0:
 
-* asymmetric: s = (rmax - rmin) / (qmax - qmin), z = round(qmin - rmin / s);
-* symmetric:  s = max(|rmin|, |rmax|) / ((qmax - qmin) / 2), z = 0 (int8: s = a/127.5);
-* per-channel symmetric weights: s_c = max|W_c| / 127 (no clipping of the extreme value);
-* bias: b_q = round(b / (s_x * s_w)) in int32, zero point 0.
+* asymmetric (uint8 activations, [0, 255]): s = (rmax - rmin) / 255, z = round(-rmin / s);
+* symmetric (int8, [-127, 127]; the level -128 is unused): a = max(|rmin|, |rmax|),
+  s = 2a / 254 = a / 127, z = 0 (uint8 symmetric: s = 2a / 255, z = 128);
+* weights: symmetric int8, per output channel c: s_c = max|W_c| / 127 (no clipping);
+* bias: b_q = round(b / (s_x s_w)) in int32, zero point 0. When s_x s_w is so small that
+  b_q would leave int32, the weight scale is raised (onnxruntime's
+  ``_adjust_weight_scale_for_int32_bias``): s_w >= 1.0001 * 2|b| / (2^32 - 2) / s_x.
 
-q(x) = clip(round_half_even(x / s) + z, qmin, qmax); dq(q) = (q - z) * s.
-A zero-width range gets s = 1 / (qmax - qmin) * eps-safe floor so scales stay finite and > 0.
+s and the arithmetic of z are float64, s is stored as float32; ``round`` is half-to-even. A
+range whose step is below float32's smallest normal (an all-zero tensor) gets s = 1, z = 0.
+q(x) = clip(round_half_even(x / s) + z, qmin, qmax) in float32, as QuantizeLinear and
+onnxruntime's quantizer compute it; dq(q) = (q - z) * s.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.calibration.observers import channel_minmax
+from compiler.calibration.qparams import compute_scale_zero_point, qrange
 from compiler.ir.types import DType
 
 __all__ = [
@@ -25,6 +34,7 @@ __all__ = [
     "range_params",
     "weight_params",
     "bias_params",
+    "fit_weight_to_bias",
     "quantize",
     "dequantize",
     "MIN_SCALE",
@@ -35,7 +45,9 @@ QRANGE: dict[DType, tuple[int, int]] = {
     DType.INT8: (-128, 127),
     DType.INT32: (-(2**31), 2**31 - 1),
 }
-MIN_SCALE = 1e-8
+MIN_SCALE = float(np.finfo(np.float32).tiny)  # smaller steps fall back to s = 1 (see above)
+_BIAS_EPS = 1.0001  # onnxruntime's multiplicative epsilon for the int32 bias range
+_INT32_LEVELS = float(2**31 - 1) - float(-(2**31) + 1)
 
 
 @dataclass(frozen=True)
@@ -74,41 +86,53 @@ class QParams:
 
 
 def range_params(rmin: float, rmax: float, dtype: DType, *, symmetric: bool) -> QParams:
-    """Per-tensor parameters representing [rmin, rmax] (widened to include 0)."""
-    qmin, qmax = QRANGE[dtype]
-    rmin, rmax = min(float(rmin), 0.0), max(float(rmax), 0.0)
-    if symmetric:
-        a = max(abs(rmin), abs(rmax))
-        scale = a / ((qmax - qmin) / 2.0)
-        zp = 0 if dtype == DType.INT8 else (qmin + qmax + 1) // 2
-    else:
-        scale = (rmax - rmin) / float(qmax - qmin)
-        zp = (
-            int(np.clip(np.round(qmin - rmin / scale), qmin, qmax))
-            if scale > 0
-            else (0 if qmin < 0 else qmin)
-        )
-    scale = max(scale, MIN_SCALE)
-    return QParams(np.array(scale, np.float32), np.array(zp, dtype.numpy), dtype)
+    """Per-tensor parameters representing [rmin, rmax] (widened to include 0), as onnxruntime."""
+    qmin, qmax = qrange(dtype, symmetric=symmetric)
+    lo, hi = np.asarray(rmin, dtype=np.float32), np.asarray(rmax, dtype=np.float32)
+    scale, zp = compute_scale_zero_point(lo, hi, qmin, qmax, symmetric=symmetric)
+    return QParams(scale.reshape(()), zp.astype(dtype.numpy).reshape(()), dtype)
 
 
 def weight_params(w: np.ndarray, axis: int | None, dtype: DType = DType.INT8) -> QParams:
     """Symmetric parameters for weights: per channel along ``axis``, or per tensor if axis is None."""
-    qmax = QRANGE[dtype][1]
+    qmin, qmax = qrange(dtype, symmetric=True)
+    a = np.asarray(w, dtype=np.float32)
     if axis is None:
-        a = float(np.max(np.abs(w))) if w.size else 0.0
-        scale = np.array(max(a / qmax, MIN_SCALE), np.float32)
-        return QParams(scale, np.zeros((), dtype.numpy), dtype)
-    moved = np.moveaxis(np.abs(w.astype(np.float64)), axis, 0).reshape(w.shape[axis], -1)
-    amax = moved.max(axis=1) if moved.shape[1] else np.zeros(w.shape[axis])
-    scale = np.maximum(amax / qmax, MIN_SCALE).astype(np.float32)
-    return QParams(scale, np.zeros(w.shape[axis], dtype.numpy), dtype, axis)
+        lo = np.asarray(a.min() if a.size else 0.0, dtype=np.float32)
+        hi = np.asarray(a.max() if a.size else 0.0, dtype=np.float32)
+        scale, zp = compute_scale_zero_point(lo, hi, qmin, qmax, symmetric=True)
+        return QParams(scale.reshape(()), zp.astype(dtype.numpy).reshape(()), dtype)
+    axis = axis + a.ndim if axis < 0 else axis
+    lo, hi = channel_minmax(a, axis)
+    scale, zp = compute_scale_zero_point(lo, hi, qmin, qmax, symmetric=True)
+    return QParams(scale, zp.astype(dtype.numpy), dtype, axis)
+
+
+def fit_weight_to_bias(w: QParams, x_scale: np.ndarray, bias: np.ndarray) -> QParams:
+    """``w`` with its scales raised where s_x * s_w is too small for ``bias`` in int32.
+
+    Per channel c: s_w,c >= 1.0001 * 2 |b_c| / (2^32 - 2) / s_x; per tensor with max |b|.
+    Returns ``w`` itself when nothing changes.
+    """
+    b = np.abs(np.asarray(bias, dtype=np.float64)).reshape(-1)
+    if not b.size or not w.scale.size:
+        return w
+    need = _BIAS_EPS * 2.0 * (b if w.per_channel else np.array([b.max()])) / _INT32_LEVELS
+    xs = float(np.asarray(x_scale, dtype=np.float32))
+    ws = np.atleast_1d(w.scale).astype(np.float64)
+    if need.shape != ws.shape:
+        return w
+    cand = xs * ws
+    low = (cand < need) & (cand > 0.0)
+    if not low.any():
+        return w
+    scale = np.where(low, ws * (need / np.where(cand > 0, cand, 1.0)), ws).astype(np.float32)
+    return QParams(scale.reshape(w.scale.shape), w.zero_point, w.dtype, w.axis)
 
 
 def bias_params(x_scale: np.ndarray, w: QParams) -> QParams:
     """int32 bias parameters with s_b = s_x * s_w (per output channel when the weights are)."""
     scale = (np.float32(x_scale) * w.scale.astype(np.float32)).astype(np.float32)
-    scale = np.maximum(scale, np.float32(MIN_SCALE))
     zp = np.zeros(scale.shape, np.int32)
     return QParams(scale, zp, DType.INT32, 0 if w.per_channel else None)
 

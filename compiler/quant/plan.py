@@ -2,7 +2,8 @@
 
 The registry decides: WEIGHTED ops (Conv, FusedConv, ConvTranspose, Gemm, MatMul)
 get int8 weights and quantized activations; ACTIVATION ops get quantized inputs
-and outputs; PASSTHROUGH ops keep their input's scale; everything else stays float.
+and outputs; PASSTHROUGH ops (``carried``) keep their input's scale, and their outputs
+stay on that grid when the input is quantized; everything else stays float.
 ``--keep-float`` patterns (node name, op type, or a regex on the name) opt out.
 """
 
@@ -20,11 +21,20 @@ __all__ = ["QuantPlan", "make_plan", "node_label", "activation_ports", "keep_flo
 
 @dataclass
 class QuantPlan:
-    """Nodes to quantize (ids, topological order), values to observe, and why others were skipped."""
+    """Nodes to quantize (ids, topological order), values to observe, and why others were skipped.
+
+    ``carried`` are the PASSTHROUGH nodes (topological order) not kept float: when their
+    input is an int8 value, their outputs are re-quantized on the same grid (exact), so
+    that no DequantizeLinear output reaches a graph output or a float op through them.
+    ``float_tail``: ops past the last weighted layer stay float, and a quantized node whose
+    output only float ops read dequantizes in its epilogue (no 8-bit rounding of that output).
+    """
 
     nodes: list[int] = field(default_factory=list)
     observe: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    carried: list[int] = field(default_factory=list)
+    float_tail: bool = False
 
 
 def node_label(node: Node) -> str:
@@ -51,7 +61,8 @@ def activation_ports(node: Node, graph: Graph) -> list[int]:
     opdef = get_op(node.op, node.domain)
     spec: QuantSpec | None = opdef.qspec
     ins = graph.inputs_of(node)
-    ports = spec.activations if spec is not None else tuple(range(len(ins)))
+    given = spec.activations if spec is not None else None
+    ports = given if given is not None else tuple(range(len(ins)))  # None: every input
     return [p for p in ports if p < len(ins) and _float(ins[p])]
 
 
@@ -81,11 +92,47 @@ def _why_not(node: Node, graph: Graph) -> str | None:
     return None
 
 
-def make_plan(graph: Graph, keep_float: Sequence[str] = ()) -> QuantPlan:
-    """Decide the quantized nodes and the activation values to calibrate."""
-    plan = QuantPlan()
+def feeds_weighted(graph: Graph) -> set[int]:
+    """Ids of nodes from which some quantizable WEIGHTED node is reachable downstream.
+
+    Ops past the last weighted layer (box decoding, softmax heads, resizing of a
+    final score map) do no int8 arithmetic worth having; quantizing them only adds
+    rounding, so the plan leaves that tail in float.
+    """
+    reach: set[int] = set()
+    for node in reversed(graph.ops()):
+        for v in graph.outputs_of(node):
+            for user, _ in graph.users(v):
+                if user.id in reach or (
+                    get_op(user.op, user.domain).quant == QuantPolicy.WEIGHTED
+                    and _why_not(user, graph) is None
+                ):
+                    reach.add(node.id)
+    return reach
+
+
+def make_plan(graph: Graph, keep_float: Sequence[str] = (), *, float_tail: bool = False) -> QuantPlan:
+    """Decide the quantized nodes and the activation values to calibrate.
+
+    With ``float_tail`` (the driver's choice), non-weighted ops after the last
+    weighted layer stay float (see :func:`feeds_weighted`).
+    """
+    plan = QuantPlan(float_tail=float_tail)
     observe: dict[str, None] = {}
+    upstream = feeds_weighted(graph) if float_tail else None
     for node in graph.ops():
+        policy = get_op(node.op, node.domain).quant
+        if upstream is not None and policy != QuantPolicy.WEIGHTED and node.id not in upstream:
+            if policy in (QuantPolicy.ACTIVATION, QuantPolicy.PASSTHROUGH):
+                plan.skipped[node_label(node)] = "float post-processing after the last weighted layer"
+            continue
+        if policy == QuantPolicy.PASSTHROUGH:
+            pat = keep_float_match(node, keep_float)
+            if pat is None:
+                plan.carried.append(node.id)
+            else:
+                plan.skipped[node_label(node)] = f"kept float by --keep-float {pat!r}"
+            continue
         reason = _why_not(node, graph)
         if reason is not None:
             if reason != "op stays float":

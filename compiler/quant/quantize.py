@@ -100,7 +100,7 @@ def quantize_int8(graph: Graph, q: QuantOptions, *, progress: bool = True) -> Qu
 
     _check(q)
     float_graph = graph.clone()
-    plan = make_plan(graph, q.keep_float)
+    plan = make_plan(graph, q.keep_float, float_tail=True)
     samples = load_samples(graph, q)
     ranges: dict[str, tuple[float, float]] = {}
     if q.scales is not None:
