@@ -26,7 +26,6 @@ IoU 0.3; each fp32 face matched by an int8 face with IoU >= 0.9).
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterator
 from pathlib import Path
 

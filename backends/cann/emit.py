@@ -1,0 +1,42 @@
+"""The CANN emitter (``--emit cann``): writes ``model.om``.
+
+graph -> :func:`lower_graph` (GE IR ops) -> ``ge`` or ``domi`` ModelDef + WEIGHTS_DATA
+-> :func:`pack_om` (header, wide partition table, MODEL_DEF, WEIGHTS_DATA). Both
+partitions are always present (WEIGHTS_DATA holds at least its 512 leading zero bytes),
+which is what GE expects of a modern file and what Netron's table-width guess needs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backends.cann.codes import MODEL_DEF, WEIGHTS_DATA
+from backends.cann.domi_writer import write_domi
+from backends.cann.ge_writer import write_ge
+from backends.cann.lower import lower_graph
+from backends.cann.om_container import pack_om
+from backends.cann.options import CannOptions
+from backends.registry import Artifact
+from compiler.ir.graph import Graph
+from compiler.options import CompileOptions
+
+__all__ = ["emit_cann", "om_bytes", "MODEL_FILE"]
+
+MODEL_FILE = "model.om"
+
+
+def om_bytes(graph: Graph, options: CannOptions | None = None) -> bytes:
+    """The complete .om file for ``graph`` (deterministic: equal graphs give equal bytes)."""
+    opts = options or CannOptions()
+    om = lower_graph(graph)
+    model_def, weights = write_ge(om) if opts.schema == "ge" else write_domi(om)
+    return pack_om([(MODEL_DEF, model_def), (WEIGHTS_DATA, weights)], name=graph.name)
+
+
+def emit_cann(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artifact]:
+    """Write the optimized (fp32 or int8 QDQ) graph as ``model.om`` into the output directory."""
+    cann = options.cann or CannOptions()
+    (out_dir / MODEL_FILE).write_bytes(om_bytes(graph, cann))
+    return [
+        Artifact(kind="cann", target=f"ascend ({cann.schema})", path=MODEL_FILE, precision=options.precision)
+    ]

@@ -1,0 +1,201 @@
+"""Lower a Kiln Graph to an :class:`OmGraph` of GE IR ops.
+
+The walk is one pass over the graph in Kiln's deterministic topological order:
+
+* graph inputs become ``Data`` ops (attr ``index``), graph outputs one ``NetOutput``;
+* constants become ``Const`` ops when first used (so constants that an int8 pattern
+  absorbs, such as QDQ scales, are never written);
+* ops in ``SIMPLE_OPS`` map one to one; ops registered with :func:`lowering`
+  (``lower_nn.py``, ``lower_quant.py``) need code;
+* the op that produces a Kiln value is named after that value, so the names survive the
+  round trip; helper ops of an expansion get derived names (``<value>/Conv2D``).
+
+Every Kiln value must have a static shape. Anything the backend cannot express is one
+:class:`ConversionError` naming the node.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from backends.cann.codes import PROTO_DTYPE, format_for
+from backends.cann.om_graph import Attr, NameAllocator, OmGraph, OmOp, TensorDesc, ref
+from backends.cann.op_table import SIMPLE_BY_KILN, SimpleOp
+from compiler.errors import ConversionError
+from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node, Value
+from compiler.ir.types import DType, TensorType
+from compiler.ops.registry import get_op
+
+__all__ = ["Lowerer", "lower_graph", "lowering", "Step"]
+
+log = logging.getLogger(__name__)
+
+LowerFn = Callable[["Lowerer", Node], None]
+_LOWERINGS: dict[tuple[str, str], LowerFn] = {}
+
+
+def lowering(*ops: str) -> Callable[[LowerFn], LowerFn]:
+    """Register a lowering for Kiln ops (``"Conv"``, ``"kiln::FusedConv"``)."""
+
+    def deco(fn: LowerFn) -> LowerFn:
+        for q in ops:
+            dom, _, op = q.rpartition("::")
+            _LOWERINGS[(dom, op)] = fn
+        return fn
+
+    return deco
+
+
+@dataclass
+class Step:
+    """One GE op of an expansion: its type, inputs beyond the chained one, attrs, output dtype.
+
+    In :meth:`Lowerer.chain`, step k > 0 reads step k-1's output as its input 0.
+    """
+
+    type: str
+    inputs: Sequence[str]
+    attrs: dict[str, Attr]
+    dtype: DType | None = None  # None: the node's output dtype
+
+
+class Lowerer:
+    """State of one lowering: the OmGraph being built and the reference of every Kiln value."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.g = graph
+        self.om = OmGraph(graph.name)
+        names = [nm for n in graph.nodes() for nm in n.output_names]
+        self.names = NameAllocator(names)
+        self.refs: dict[tuple[int, int], str] = {}
+        self.descs: dict[str, TensorDesc] = {}
+        self.deferred: dict[int, Callable[[Value], str]] = {}  # node id -> emits its value on demand
+
+    # ------------------------------------------------------------------ helpers
+    def fail(self, node: Node, why: str) -> ConversionError:
+        """An error naming the node."""
+        return ConversionError(f"CANN backend: {node.describe()}: {why}")
+
+    def desc(self, t: TensorType, where: Node | None = None, dtype: DType | None = None) -> TensorDesc:
+        """The descriptor of a Kiln type (static shapes only)."""
+        if not t.is_static:
+            what = where.describe() if where is not None else "a value"
+            raise ConversionError(
+                f"CANN backend: {what} has dynamic shape {t}; .om files need static shapes "
+                "(fix the inputs with --input-shape)"
+            )
+        dt = dtype or t.dtype
+        if dt not in PROTO_DTYPE:
+            what = where.describe() if where is not None else "a value"
+            raise ConversionError(f"CANN backend: {what}: dtype {dt.name} has no CANN code")
+        return TensorDesc(dt, t.static_shape, format_for(len(t.static_shape)))
+
+    def emit(
+        self,
+        name: str,
+        type_: str,
+        inputs: Sequence[str],
+        outputs: Sequence[TensorDesc],
+        attrs: dict[str, Attr] | None = None,
+        value: np.ndarray | None = None,
+    ) -> str:
+        """Append an op; returns the reference to its output 0."""
+        op = OmOp(name, type_, list(inputs), list(outputs), dict(attrs or {}), value)
+        self.om.ops.append(op)
+        for i, d in enumerate(outputs):
+            self.descs[ref(name, i)] = d
+        return ref(name)
+
+    def const(self, array: np.ndarray, base: str) -> str:
+        """A new Const op holding ``array`` (derived name from ``base``)."""
+        arr = np.ascontiguousarray(array)
+        t = TensorType.of(arr)
+        return self.emit(self.names.fresh(base), "Const", [], [self.desc(t)], value=arr)
+
+    def ref_of(self, v: Value | None) -> str:
+        """The GE reference of a Kiln value ("" for an absent input), emitting it on first use."""
+        if v is None:
+            return ""
+        key = (v.node, v.port)
+        r = self.refs.get(key)
+        if r is not None:
+            return r
+        node = v.producer
+        if node.op == CONSTANT_OP and not node.domain:
+            arr = np.ascontiguousarray(node.attrs.value)
+            r = self.emit(v.name, "Const", [], [self.desc(v.type, node)], value=arr)
+        elif node.id in self.deferred:
+            r = self.deferred[node.id](v)
+        else:
+            raise self.fail(node, f"value {v.name!r} is used before it is lowered")
+        self.refs[key] = r
+        return r
+
+    def bind(self, node: Node, r: str) -> None:
+        """Record ``r`` as the reference of the node's (single) output."""
+        self.refs[(node.id, 0)] = r
+
+    def chain(self, node: Node, first_inputs: Sequence[str], steps: Sequence[Step]) -> str:
+        """Emit ``steps`` as a chain; the last op takes the node's value name."""
+        out = self.g.value(node)
+        prev = ""
+        for k, step in enumerate(steps):
+            last = k == len(steps) - 1
+            name = out.name if last else self.names.fresh(f"{out.name}/{step.type}")
+            inputs = list(first_inputs if k == 0 else [prev]) + list(step.inputs)
+            prev = self.emit(name, step.type, inputs, [self.desc(out.type, node, step.dtype)], step.attrs)
+        self.bind(node, prev)
+        return prev
+
+    # --------------------------------------------------------------------- walk
+    def run(self) -> OmGraph:
+        """Lower the whole graph."""
+        for i, v in enumerate(self.g.inputs):
+            d = self.desc(v.type, v.producer)
+            self.refs[(v.node, 0)] = self.emit(v.name, "Data", [], [d], {"index": Attr.i(i)})
+        for node in self.g.nodes():
+            if node.op in (INPUT_OP, CONSTANT_OP) and not node.domain:
+                continue
+            if node.num_outputs != 1:
+                raise self.fail(node, f"{node.num_outputs} outputs (the CANN backend maps single-output ops)")
+            fn = _LOWERINGS.get((node.domain, node.op))
+            if fn is not None:
+                fn(self, node)
+                continue
+            simple = SIMPLE_BY_KILN.get(node.qualified_op)
+            if simple is None:
+                raise self.fail(node, f"op {node.qualified_op} has no CANN mapping")
+            self.simple(node, simple)
+        outs = [self.ref_of(v) for v in self.g.outputs]
+        self.emit(self.names.fresh("NetOutput"), "NetOutput", outs, [])
+        self.om.output_names = self.g.output_names
+        return self.om
+
+    def simple(self, node: Node, spec: SimpleOp, extra: dict[str, Attr] | None = None) -> str:
+        """Lower a one-to-one op through its table entry."""
+        opdef = get_op(node.op, node.domain)
+        mapped = {r.kiln for r in spec.attrs}
+        for name in opdef.non_default_attrs(node.attrs):
+            if name not in mapped:
+                value = getattr(node.attrs, name)
+                raise self.fail(node, f"attribute {name}={value!r} has no CANN equivalent")
+        try:
+            attrs = {r.ge: r.write(getattr(node.attrs, r.kiln)) for r in spec.attrs}
+        except (KeyError, ValueError, TypeError) as exc:
+            raise self.fail(node, f"an attribute has no CANN encoding ({exc})") from None
+        attrs.update(dict(spec.fixed))
+        attrs.update(extra or {})
+        inputs = [self.ref_of(v) for v in self.g.inputs_of(node)]
+        return self.chain(node, inputs, [Step(spec.ge, [], attrs)])
+
+
+def lower_graph(graph: Graph) -> OmGraph:
+    """Lower ``graph`` (after Kiln's pipeline, fp32 or int8 QDQ) to an OmGraph."""
+    import backends.cann.lower_nn  # noqa: F401  (registers the lowerings that need code)
+    import backends.cann.lower_quant  # noqa: F401
+
+    return Lowerer(graph).run()

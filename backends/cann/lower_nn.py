@@ -1,0 +1,166 @@
+"""Lowerings that need code: convolution, pooling, fully connected, batch norm, shapes.
+
+* ``Conv`` / ``kiln::FusedConv`` -> ``Conv2D`` (NCHW; ``pads`` reordered from ONNX's
+  [t, l, b, r] to GE's [top, bottom, left, right]; 4-element strides and dilations),
+  then ``Add`` for a residual and the activation op of ``ACTIVATIONS``. An int8 QDQ
+  pattern becomes AscendQuant / Conv2D(int8) / AscendDequant instead (``lower_quant.py``).
+* ``MaxPool`` / ``AveragePool`` / ``GlobalAveragePool`` / ``GlobalMaxPool`` -> ``Pooling``
+  (mode 0 max, 1 avg; GE's ``ceil_mode`` is 0 for ceil and 1 for floor).
+* ``Gemm`` (alpha = 1, beta = 1 or no bias, transA = 0) -> ``FullyConnection``; GE's
+  ``transpose`` is true when the weight is [K, N] (ONNX transB = 0).
+* ``BatchNormalization`` -> ``BNInference`` (x, mean, variance, momentum = 1.0, scale, offset).
+* ``Reshape`` / ``Flatten`` / ``Squeeze`` / ``Unsqueeze`` -> ``Reshape`` to the static output shape.
+* ``Transpose`` -> ``TransposeD`` (explicit perm), ``Concat`` -> ``ConcatD`` (with ``N``),
+  ``Clip`` -> ``ClipByValue`` (absent bounds become the dtype's extremes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backends.cann.lower import Lowerer, Step, lowering
+from backends.cann.lower_quant import lower_weighted_int8, match_weighted
+from backends.cann.nn_attrs import activation_steps, conv2d_attrs, fc_attrs
+from backends.cann.om_graph import Attr
+from backends.cann.op_table import SIMPLE_BY_KILN
+from compiler.ir.graph import Node
+
+__all__: list[str] = []
+
+
+@lowering("Conv", "kiln::FusedConv")
+def _conv(low: Lowerer, node: Node) -> None:
+    ins = low.g.inputs_of(node)
+    q = match_weighted(low, node)
+    if q is not None:
+        lower_weighted_int8(low, node, q)
+        return
+    w = ins[1]
+    assert w is not None
+    attrs = conv2d_attrs(low, node, node.attrs, w.type.static_shape)
+    steps = [Step("Conv2D", [low.ref_of(w), low.ref_of(ins[2] if len(ins) > 2 else None)], attrs)]
+    if len(ins) > 3 and ins[3] is not None:
+        steps.append(Step("Add", [low.ref_of(ins[3])], {}))
+    if node.domain:
+        a = node.attrs
+        steps += activation_steps(low, node, a.activation, a.alpha, a.beta)
+    low.chain(node, [low.ref_of(ins[0])], steps)
+
+
+@lowering("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+def _pool(low: Lowerer, node: Node) -> None:
+    x = low.g.inputs_of(node)[0]
+    assert x is not None
+    rank = x.type.rank
+    if rank != 4:
+        raise low.fail(node, f"only 2-D pooling maps to Pooling (input rank {rank})")
+    mode = 0 if node.op in ("MaxPool", "GlobalMaxPool") else 1
+    if node.op.startswith("Global"):
+        hw = x.type.static_shape[2:]
+        attrs = _pool_attrs(mode, True, hw, (1, 1), (0, 0, 0, 0), 1)
+    else:
+        a = node.attrs
+        if a.auto_pad not in ("NOTSET", ""):
+            raise low.fail(node, f"auto_pad={a.auto_pad} (run the default pipeline to make pads explicit)")
+        if any(d != 1 for d in a.dilations):
+            raise low.fail(node, f"dilations {list(a.dilations)} (Pooling has none)")
+        if node.op == "MaxPool" and a.storage_order != 0:
+            raise low.fail(node, "storage_order=1 has no CANN equivalent")
+        pads = tuple(a.pads) or (0, 0, 0, 0)
+        if node.op == "AveragePool" and any(pads) and not a.count_include_pad:
+            raise low.fail(node, "padded average pooling that excludes the padding has no Pooling form")
+        strides = tuple(a.strides) or (1, 1)
+        ceil = 0 if a.ceil_mode else 1
+        attrs = _pool_attrs(mode, False, a.kernel_shape, strides, (pads[0], pads[2], pads[1], pads[3]), ceil)
+    low.chain(node, [low.ref_of(x)], [Step("Pooling", [], attrs)])
+
+
+def _pool_attrs(
+    mode: int, glob: bool, window: tuple[int, ...], stride: tuple[int, ...], pad: tuple[int, ...], ceil: int
+) -> dict[str, Attr]:
+    return {
+        "mode": Attr.i(mode),
+        "global_pooling": Attr.b(glob),
+        "window": Attr.li(window),
+        "stride": Attr.li(stride),
+        "pad": Attr.li(pad),
+        "dilation": Attr.li((1, 1, 1, 1)),
+        "ceil_mode": Attr.i(ceil),
+        "data_format": Attr.s("NCHW"),
+    }
+
+
+@lowering("Gemm")
+def _gemm(low: Lowerer, node: Node) -> None:
+    a = node.attrs
+    ins = low.g.inputs_of(node)
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    assert x is not None and w is not None
+    if a.transA or a.alpha != 1.0 or (b is not None and a.beta != 1.0) or x.type.rank != 2:
+        raise low.fail(
+            node, "only Gemm with alpha=1, beta=1, transA=0 and a 2-D input maps to FullyConnection"
+        )
+    q = match_weighted(low, node)
+    if q is not None:
+        lower_weighted_int8(low, node, q)
+        return
+    n_out = w.type.static_shape[0 if a.transB else 1]
+    attrs = fc_attrs(n_out, a.transB)
+    low.chain(node, [low.ref_of(x)], [Step("FullyConnection", [low.ref_of(w), low.ref_of(b)], attrs)])
+
+
+@lowering("BatchNormalization")
+def _batchnorm(low: Lowerer, node: Node) -> None:
+    a = node.attrs
+    if a.training_mode:
+        raise low.fail(node, "training-mode batch normalization has no CANN inference op")
+    x, scale, bias, mean, var = low.g.inputs_of(node)
+    assert x is not None
+    dt = x.type.dtype.numpy
+    momentum = low.const(np.array(1.0, dt), f"{low.g.value(node).name}/momentum")
+    inputs = [low.ref_of(v) for v in (x, mean, var)] + [momentum] + [low.ref_of(v) for v in (scale, bias)]
+    attrs = {"epsilon": Attr.f(a.epsilon), "use_global_stats": Attr.b(True), "mode": Attr.i(1)}
+    low.chain(node, inputs, [Step("BNInference", [], attrs)])
+
+
+@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape(low: Lowerer, node: Node) -> None:
+    x = low.g.inputs_of(node)[0]
+    assert x is not None
+    out = low.g.value(node)
+    shape = low.desc(out.type, node).shape
+    c = low.const(np.array(shape, np.int64), f"{out.name}/shape")
+    low.chain(node, [low.ref_of(x), c], [Step("Reshape", [], {"axis": Attr.i(0), "num_axes": Attr.i(-1)})])
+
+
+@lowering("Transpose")
+def _transpose(low: Lowerer, node: Node) -> None:
+    x = low.g.inputs_of(node)[0]
+    assert x is not None and x.type.rank is not None
+    perm = node.attrs.perm if node.attrs.perm is not None else tuple(reversed(range(x.type.rank)))
+    low.chain(node, [low.ref_of(x)], [Step("TransposeD", [], {"perm": Attr.li(perm)})])
+
+
+@lowering("Concat")
+def _concat(low: Lowerer, node: Node) -> None:
+    n = len(low.g.inputs_of(node))
+    low.simple(node, SIMPLE_BY_KILN["Concat"], {"N": Attr.i(n)})
+
+
+@lowering("Clip")
+def _clip(low: Lowerer, node: Node) -> None:
+    ins = list(low.g.inputs_of(node)) + [None, None]
+    x = ins[0]
+    assert x is not None
+    dt = x.type.dtype.numpy
+    info = np.finfo(dt) if np.issubdtype(dt, np.floating) else np.iinfo(dt)
+    base = low.g.value(node).name
+    refs = [low.ref_of(x)]
+    for v, extreme, tag in ((ins[1], -np.inf, "min"), (ins[2], np.inf, "max")):
+        if v is not None:
+            refs.append(low.ref_of(v))
+        else:
+            bound = extreme if np.issubdtype(dt, np.floating) else (info.min if tag == "min" else info.max)
+            refs.append(low.const(np.array(bound, dt), f"{base}/ClipByValue/{tag}"))
+    low.chain(node, refs, [Step("ClipByValue", [], {})])

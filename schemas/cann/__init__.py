@@ -1,0 +1,1 @@
+"""Kiln's CANN (.om) protobuf schemas and the script that regenerates their Python code."""
