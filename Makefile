@@ -2,7 +2,7 @@
 #
 #   make venv    create .venv and install Kiln with its test extras (re-runs when pyproject.toml changes)
 #   make demo    train the bundled digits CNN, compile it with kiln, compare accuracies
-#   make test    run the test suite
+#   make test    run the test suite (needs node >= 18 for the Netron check)
 #   make lint    ruff + mypy
 #   make clean   remove demo output and caches (make distclean also removes .venv)
 
@@ -15,7 +15,7 @@ DEPS_HASH := $(shell (sha256sum pyproject.toml 2>/dev/null || shasum -a 256 pypr
 STAMP := $(VENV)/.stamp-$(DEPS_HASH)
 DEMO := demo-out
 
-.PHONY: venv demo test lint clean distclean
+.PHONY: venv demo test lint node clean distclean
 
 venv: $(STAMP)
 
@@ -34,8 +34,13 @@ demo: venv
 	$(PY) -m examples.digits.accuracy --holdout $(DEMO)/example/digits_holdout.npz \
 		$(DEMO)/example/digits_cnn.onnx $(DEMO)/compiled/model.onnx $(DEMO)/compiled-int8/model.onnx
 
-test: venv lint
+test: venv lint node
 	$(PY) -m pytest -q
+
+# The CANN tests run Netron's .om reader headless under Node.js (tests/helpers/netron_check.mjs).
+node:
+	@command -v node >/dev/null 2>&1 || { echo "error: node not found: the Netron check in the CANN tests needs Node.js >= 18 (e.g. apt-get install nodejs)" >&2; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)' || { echo "error: node $$(node --version) is too old: the Netron check needs Node.js >= 18" >&2; exit 1; }
 
 lint: venv
 	$(BIN)/ruff check .

@@ -18,6 +18,8 @@ import numpy as np
 from compiler.errors import KilnError, OptionError
 
 if TYPE_CHECKING:
+    from backends.cann.options import CannOptions
+    from backends.mnn.options import MnnOptions
     from compiler.quant.options import QuantOptions
 
 __all__ = ["main", "build_parser"]
@@ -56,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--seed", type=int, default=0, help="seed of random verification inputs")
     _add_pipeline_flags(comp)
     _add_quant_flags(comp)
+    _add_mnn_flags(comp)
+    _add_cann_flags(comp)
 
     lst = sub.add_parser("passes", help="list the registered passes and named pipelines")
     lst.add_argument("--verbose-docs", action="store_true", help="print each pass's full docstring")
@@ -90,8 +94,20 @@ def _add_quant_flags(p: argparse.ArgumentParser) -> None:
         help="keep matching nodes in float (node name, op type or regex; repeatable)",
     )
     g.add_argument("--scales", type=Path, metavar="FILE", help="reuse a scales.json instead of calibrating")
-    g.add_argument("--min-sqnr", type=float, metavar="DB", help="fall back to float, most sensitive first")
-    g.add_argument("--bias-correction", action="store_true", help="correct the int8 bias shift")
+    g.add_argument(
+        "--min-sqnr",
+        type=float,
+        metavar="DB",
+        help="send layers back to float, most sensitive first, until every output's SQNR >= DB",
+    )
+    g.add_argument(
+        "--bias-correction", action="store_true", help="remove each layer's mean int8 error from its bias"
+    )
+    g.add_argument(
+        "--no-sensitivity",
+        action="store_true",
+        help="skip the per-layer sensitivity analysis (report.md, sensitivity.png)",
+    )
     g.add_argument("--calib-runtime", default="onnxruntime", choices=["onnxruntime", "interpreter"])
 
 
@@ -103,6 +119,7 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
     ]
     given += ["--keep-float"] if args.keep_float else []
     given += ["--bias-correction"] if args.bias_correction else []
+    given += ["--no-sensitivity"] if args.no_sensitivity else []
     if args.quantize is None:
         if given:
             raise OptionError(f"{given[0]} needs --quantize int8")
@@ -120,7 +137,72 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
         min_sqnr=args.min_sqnr,
         bias_correction=args.bias_correction,
         calib_runtime=args.calib_runtime,
+        sensitivity=not args.no_sensitivity,
     )
+
+
+def _add_mnn_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("MNN (--emit mnn)")
+    g.add_argument("--mnn-weights", choices=["fp32", "fp16", "int8", "int4"], help="weight storage (fp32)")
+    g.add_argument("--mnn-scale", choices=["fp32", "fp16"], help="int8/int4 scale storage (fp32)")
+    g.add_argument("--mnn-asymmetric", action="store_true", help="int8/int4 weights with (min, scale) pairs")
+    g.add_argument("--mnn-block-size", type=int, metavar="N", help="one scale per N input channels")
+    g.add_argument("--external-weights", action="store_true", help="weights in model.mnn.weight")
+    g.add_argument("--mnn-biz-code", metavar="TEXT", help="Net.bizCode (default: kiln)")
+    g.add_argument(
+        "--mnn-min-cosine",
+        type=float,
+        metavar="C",
+        help="int8/int4: keep fp16 weights in the most sensitive layers until the output cosine "
+        "reaches C (default: the precision's verification floor; 0 quantizes every layer)",
+    )
+
+
+def _mnn_options(args: argparse.Namespace, emit: tuple[str, ...]) -> MnnOptions | None:
+    from backends.mnn.options import MnnOptions
+
+    flags = {
+        "--mnn-weights": args.mnn_weights,
+        "--mnn-scale": args.mnn_scale,
+        "--mnn-asymmetric": args.mnn_asymmetric or None,
+        "--mnn-block-size": args.mnn_block_size,
+        "--external-weights": args.external_weights or None,
+        "--mnn-biz-code": args.mnn_biz_code,
+        "--mnn-min-cosine": args.mnn_min_cosine,
+    }
+    given = [k for k, v in flags.items() if v is not None]
+    if "mnn" not in emit:
+        if given:
+            raise OptionError(f"{given[0]} needs --emit mnn")
+        return None
+    return MnnOptions(
+        weights=args.mnn_weights or "fp32",
+        scale=args.mnn_scale or "fp32",
+        asymmetric=args.mnn_asymmetric,
+        block_size=args.mnn_block_size,
+        external=args.external_weights,
+        biz_code=args.mnn_biz_code if args.mnn_biz_code is not None else "kiln",
+        min_cosine=args.mnn_min_cosine,
+    )
+
+
+def _add_cann_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("CANN (--emit cann)")
+    g.add_argument(
+        "--cann-schema",
+        choices=["ge", "domi"],
+        help="MODEL_DEF schema of model.om: ge (ge.proto.ModelDef, default) or domi (the legacy seed schema)",
+    )
+
+
+def _cann_options(args: argparse.Namespace, emit: tuple[str, ...]) -> CannOptions | None:
+    from backends.cann.options import CannOptions
+
+    if "cann" not in emit:
+        if args.cann_schema is not None:
+            raise OptionError("--cann-schema needs --emit cann")
+        return None
+    return CannOptions(schema=args.cann_schema or "ge")
 
 
 def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
@@ -202,6 +284,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         dump_ir=args.dump_ir,
         timing=args.timing,
         quant=_quant_options(args),
+        mnn=_mnn_options(args, emit),
+        cann=_cann_options(args, emit),
     )
     try:
         result = compile_model(options)
@@ -222,6 +306,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import backends.registry  # noqa: F401  (registers the backends' runtimes, e.g. MNN's)
     from compiler.input_spec import load_inputs
     from compiler.output_dir import atomic_output_file
     from compiler.runners import run_artifact

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backends.cann.options import CannOptions
+from backends.mnn.options import MnnOptions
 from compiler.quant.options import QuantOptions
 
 __all__ = ["CompileOptions", "EMIT_KINDS"]
@@ -29,6 +31,8 @@ class CompileOptions:
     dump_ir: Path | None = None
     timing: bool = False
     quant: QuantOptions | None = None
+    mnn: MnnOptions | None = None
+    cann: CannOptions | None = None
 
     @property
     def precision(self) -> str:
@@ -43,6 +47,8 @@ class CompileOptions:
         d["input_shapes"] = {k: list(v) for k, v in sorted(self.input_shapes.items())}
         d["emit"] = list(self.emit)
         d["quant"] = self.quant.manifest_view() if self.quant is not None else None
+        d["mnn"] = self.mnn.manifest_view() if self.mnn is not None else None
+        d["cann"] = self.cann.manifest_view() if self.cann is not None else None
         for k in ("out_dir", "dump_ir", "timing"):
             d.pop(k)
         return d

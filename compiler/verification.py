@@ -38,6 +38,9 @@ TOLERANCES: dict[str, Tolerance] = {
     "fp32": Tolerance(max_rel=1e-4, min_cosine=0.99999),
     "fp16": Tolerance(max_rel=float("inf"), min_cosine=0.999, min_sqnr_db=30.0),
     "int8": Tolerance(max_rel=float("inf"), min_cosine=0.9),
+    # Weight-only int8/int4 (MNN's IDSTQuan: weights decoded to float at load, fp32 maths).
+    "int8w": Tolerance(max_rel=float("inf"), min_cosine=0.999),
+    "int4w": Tolerance(max_rel=float("inf"), min_cosine=0.98),
 }
 
 

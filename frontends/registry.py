@@ -3,7 +3,7 @@
 Each entry names a format, its suffixes, a sniffing function over the first
 bytes of the file and a lazily imported ``"module:function"`` loader with the
 signature ``load(path, *, input_shapes=None) -> Graph``. ONNX and MegEngine are
-registered here; other frontends register through :func:`register_frontend`.
+registered here (CANN ``.om`` too); other frontends register through :func:`register_frontend`.
 """
 
 from __future__ import annotations
@@ -71,6 +71,14 @@ register_frontend(Frontend("onnx", (".onnx",), _sniff_onnx, "frontends.onnx.load
 register_frontend(
     Frontend("megengine", (".mge", ".mdl"), _sniff_megengine, "frontends.megengine.loader:load_mge")
 )
+
+
+def _sniff_om(head: bytes) -> bool:
+    # An Ascend .om file starts with the ModelFileHeader magic 0x444F4D49 ("IMOD" on disk).
+    return head[:4] == b"IMOD"
+
+
+register_frontend(Frontend("cann", (".om",), _sniff_om, "frontends.cann.loader:load_om"))
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:

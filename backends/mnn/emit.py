@@ -1,0 +1,45 @@
+"""The MNN emitter (``--emit mnn``): writes ``model.mnn`` (and ``model.mnn.weight``).
+
+The side file is written next to the model inside the driver's temporary output
+directory, so both appear together or not at all. The int8/int4 weight plan is measured
+on the same inputs verification uses (``--inputs``, else seeded random inputs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from backends.mnn.options import MnnOptions
+from backends.mnn.writer import write_mnn
+from backends.registry import Artifact
+from compiler.errors import OptionError
+from compiler.input_spec import check_inputs, load_inputs, random_inputs
+from compiler.ir.graph import Graph
+from compiler.options import CompileOptions
+
+__all__ = ["emit_mnn", "MODEL_FILE"]
+
+MODEL_FILE = "model.mnn"
+
+
+def _plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[str, np.ndarray] | None:
+    """The inputs the weight plan is measured on: those verification uses (--inputs or --seed)."""
+    if mnn.target_cosine <= 0.0:
+        return None
+    types = graph.input_types()
+    if options.inputs is not None:
+        return check_inputs(load_inputs(options.inputs), types, str(options.inputs))
+    return random_inputs(types, options.seed)
+
+
+def emit_mnn(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artifact]:
+    """Write the optimized graph as an MNN model into the (temporary) output directory."""
+    mnn = options.mnn if options.mnn is not None else MnnOptions()
+    if options.quant is not None and options.quant.mode == "fp16":
+        raise OptionError(
+            "--emit mnn: use --mnn-weights fp16 instead of --quantize fp16 (MNN computes in fp32)"
+        )
+    write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, _plan_feeds(graph, options, mnn))
+    return [Artifact(kind="mnn", target="mnn", path=MODEL_FILE, precision=mnn.precision)]

@@ -1,0 +1,4 @@
+"""Generated flatbuffers code for Kiln's MNN schema (schemas/mnn/*.fbs).
+
+Do not edit: regenerate with ``python -m schemas.mnn.generate``.
+"""

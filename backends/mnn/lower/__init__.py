@@ -1,0 +1,1 @@
+"""Lowering Kiln ops to MNN ops: one module per op family, merged in :mod:`.table`."""

@@ -1,0 +1,179 @@
+"""Activations and unary math: ReLU, ReLU6/Clip, LeakyRelu, Sigmoid, Tanh, HardSwish,
+HardSigmoid, Elu, PRelu and the UnaryOp family (Exp, Sqrt, ...).
+
+Kiln's fused-activation names (``compiler.ops.fused.ACTIVATIONS``) map to MNN as:
+
+=============  ====================================================================
+relu           ReLU{slope 0} (or ``Convolution2DCommon.relu`` when fused into a conv)
+relu6          ReLU6{0, 6}  (or ``Convolution2DCommon.relu6``)
+clip(a, b)     ReLU6{minValue a, maxValue b} (MNN uses ReLU6 as a general clip)
+leaky_relu(a)  ReLU{slope a}
+sigmoid/tanh   UnaryOp SIGMOID / TANH
+hard_swish     UnaryOp HARDSWISH: x * relu6(x + 3) / 6
+hard_sigmoid   BinaryOp MUL a, BinaryOp ADD b, ReLU6{0, 1}: clip(a x + b, 0, 1)
+=============  ====================================================================
+
+All of them keep the layout of their input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backends.mnn.layout import Format
+from backends.mnn.lower.context import LowerContext
+from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.model import Table
+from backends.mnn.schema import fb
+from compiler.ir.graph import Node
+from compiler.ops.fused import activation_of
+
+__all__ = ["emit_activation", "LOWERINGS", "UNARY_OPS"]
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+UNARY_OPS: dict[str, int] = {
+    "Abs": fb.UnaryOpOperation.ABS,
+    "Neg": fb.UnaryOpOperation.NEG,
+    "Floor": fb.UnaryOpOperation.FLOOR,
+    "Ceil": fb.UnaryOpOperation.CEIL,
+    "Sqrt": fb.UnaryOpOperation.SQRT,
+    "Exp": fb.UnaryOpOperation.EXP,
+    "Log": fb.UnaryOpOperation.LOG,
+    "Reciprocal": fb.UnaryOpOperation.RECIPROCAL,
+    "Erf": fb.UnaryOpOperation.ERF,
+    "Sigmoid": fb.UnaryOpOperation.SIGMOID,
+    "Tanh": fb.UnaryOpOperation.TANH,
+    "HardSwish": fb.UnaryOpOperation.HARDSWISH,
+}
+_ACT_UNARY = {"sigmoid": "Sigmoid", "tanh": "Tanh", "hard_swish": "HardSwish"}
+
+
+def _relu6(lo: float, hi: float) -> Table:
+    lo, hi = max(lo, -_F32_MAX), min(hi, _F32_MAX)
+    return Table("Relu6", {"minValue": lo, "maxValue": hi}, force=frozenset({"minValue", "maxValue"}))
+
+
+def _unary(kind: int) -> Table:
+    return Table("UnaryOp", {"opType": kind, "T": fb.DataType.DT_FLOAT}, force=frozenset({"opType"}))
+
+
+def emit_activation(
+    ctx: LowerContext, act: str, alpha: float, beta: float, x: int, out: int, fmt: Format, name: str
+) -> None:
+    """Emit ``out = act(x)`` (tensors ``x`` and ``out`` in layout ``fmt``)."""
+    if act == "relu":
+        ctx.emit("ReLU", name, [x], [out], Table("Relu", {"slope": 0.0}))
+    elif act == "leaky_relu":
+        ctx.emit("ReLU", name, [x], [out], Table("Relu", {"slope": float(alpha)}))
+    elif act == "relu6":
+        ctx.emit("ReLU6", name, [x], [out], _relu6(0.0, 6.0))
+    elif act == "clip":
+        ctx.emit("ReLU6", name, [x], [out], _relu6(float(alpha), float(beta)))
+    elif act in _ACT_UNARY:
+        ctx.emit("UnaryOp", name, [x], [out], _unary(UNARY_OPS[_ACT_UNARY[act]]))
+    elif act == "hard_sigmoid":
+        scaled = ctx.temp(f"{name}__scaled")
+        shifted = ctx.temp(f"{name}__shifted")
+        a = ctx.const_tensor(np.array(alpha, np.float32), f"{name}__alpha")
+        b = ctx.const_tensor(np.array(beta, np.float32), f"{name}__beta")
+        ctx.emit("BinaryOp", f"{name}__mul", [x, a], [scaled], _binary(fb.BinaryOpOperation.MUL))
+        ctx.emit("BinaryOp", f"{name}__add", [scaled, b], [shifted], _binary(fb.BinaryOpOperation.ADD))
+        ctx.emit("ReLU6", name, [shifted], [out], _relu6(0.0, 1.0))
+    elif act == "elu":
+        ctx.emit("ELU", name, [x], [out], Table("ELU", {"alpha": float(alpha)}))
+    else:
+        raise KeyError(f"no MNN lowering for activation {act!r}")
+
+
+SUPPORTED_ACTIVATIONS = frozenset({"relu", "leaky_relu", "relu6", "clip", "hard_sigmoid", "elu", *_ACT_UNARY})
+
+
+def _binary(kind: int) -> Table:
+    return Table("BinaryOp", {"opType": kind, "T": fb.DataType.DT_FLOAT}, force=frozenset({"opType"}))
+
+
+def _activation(node: Node, ctx: LowerContext) -> tuple[str, float, float] | None:
+    if node.op == "Elu":
+        return ("elu", float(node.attrs.alpha), 0.0)
+    return activation_of(node, ctx.graph)
+
+
+def _check_activation(ctx: LowerContext, node: Node) -> str | None:
+    if (reason := require_static(node, ctx.graph)) is not None:
+        return reason
+    act = _activation(node, ctx)
+    if act is None:
+        return "bounds must be constant"
+    if not node.output_types[0].dtype.is_float:
+        return "float tensors only"
+    return None
+
+
+def _lower_activation(ctx: LowerContext, node: Node) -> None:
+    act = _activation(node, ctx)
+    assert act is not None
+    x_value = ctx.graph.inputs_of(node)[0]
+    assert x_value is not None
+    fmt = ctx.format_of(x_value)
+    x = ctx.tensor(x_value, fmt)
+    out = ctx.define(ctx.graph.value(node), fmt)
+    emit_activation(ctx, act[0], act[1], act[2], x, out, fmt, ctx.op_name(node))
+
+
+def _lower_unary(ctx: LowerContext, node: Node) -> None:
+    x_value = ctx.graph.inputs_of(node)[0]
+    assert x_value is not None
+    fmt = ctx.format_of(x_value)
+    x = ctx.tensor(x_value, fmt)
+    out = ctx.define(ctx.graph.value(node), fmt)
+    ctx.emit("UnaryOp", ctx.op_name(node), [x], [out], _unary(UNARY_OPS[node.op]))
+
+
+def _check_unary(ctx: LowerContext, node: Node) -> str | None:
+    if (reason := require_static(node, ctx.graph)) is not None:
+        return reason
+    return None if node.output_types[0].dtype.is_float else "float tensors only"
+
+
+def _check_prelu(ctx: LowerContext, node: Node) -> str | None:
+    if (reason := require_static(node, ctx.graph)) is not None:
+        return reason
+    x, slope = ctx.graph.inputs_of(node)
+    assert x is not None and slope is not None
+    s = slope.const
+    if s is None:
+        return "slope must be constant"
+    shape = x.type.static_shape
+    if len(shape) != 4:
+        return "4-D input only"
+    per_channel = s.size == shape[1] and np.broadcast_shapes(s.shape, (1, shape[1], 1, 1)) == (
+        1,
+        shape[1],
+        1,
+        1,
+    )
+    if s.size != 1 and not per_channel:
+        return "slope must be per channel or a scalar"
+    return None
+
+
+def _lower_prelu(ctx: LowerContext, node: Node) -> None:
+    x_value, slope_value = ctx.graph.inputs_of(node)
+    assert x_value is not None and slope_value is not None and slope_value.const is not None
+    channels = ctx.shape(x_value)[1]
+    slope = np.broadcast_to(slope_value.const.astype(np.float32).reshape(-1), (channels,)).copy()
+    x = ctx.tensor(x_value, Format.NC4HW4)
+    out = ctx.define(ctx.graph.value(node), Format.NC4HW4)
+    param = Table("PRelu", {"slopeCount": channels, "slope": slope})
+    ctx.emit("PReLU", ctx.op_name(node), [x], [out], param)
+
+
+LOWERINGS: dict[str, Lowering] = {
+    **{
+        op: Lowering(_lower_activation, _check_activation)
+        for op in ("Relu", "LeakyRelu", "kiln::Relu6", "Clip", "HardSigmoid", "Elu")
+    },
+    **{op: Lowering(_lower_unary, _check_unary) for op in UNARY_OPS},
+    "PRelu": Lowering(_lower_prelu, _check_prelu),
+}

@@ -1,0 +1,91 @@
+"""Broadcasting binary ops: Add, Sub, Mul, Div, Pow, Max, Min, Sum -> BinaryOp.
+
+Layout: NC4HW4 when every variable input is a 4-D tensor already produced in NC4HW4 (a
+residual add or a squeeze-excitation multiply between convs) and any constant is a
+scalar; otherwise NCHW, where MNN broadcasts numpy-style. Variadic Max/Min/Sum become a
+chain of two-input ops.
+"""
+
+from __future__ import annotations
+
+from backends.mnn.layout import Format
+from backends.mnn.lower.context import LowerContext
+from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.model import Table
+from backends.mnn.schema import fb
+from compiler.ir.graph import Node, Value
+
+__all__ = ["LOWERINGS", "BINARY_OPS", "binary_table", "shared_format"]
+
+BINARY_OPS: dict[str, int] = {
+    "Add": fb.BinaryOpOperation.ADD,
+    "Sum": fb.BinaryOpOperation.ADD,
+    "Sub": fb.BinaryOpOperation.SUB,
+    "Mul": fb.BinaryOpOperation.MUL,
+    "Div": fb.BinaryOpOperation.DIV,
+    "Pow": fb.BinaryOpOperation.POW,
+    "Max": fb.BinaryOpOperation.MAXIMUM,
+    "Min": fb.BinaryOpOperation.MINIMUM,
+}
+_INT_OK = frozenset({"Add", "Sum", "Sub", "Mul", "Max", "Min"})
+
+
+def binary_table(kind: int, integer: bool = False, relu: bool = False) -> Table:
+    """A ``BinaryOp`` parameter (``relu`` fuses a ReLU on the result)."""
+    fields: dict[str, object] = {
+        "opType": kind,
+        "T": fb.DataType.DT_INT32 if integer else fb.DataType.DT_FLOAT,
+    }
+    if relu:
+        fields["activationType"] = 1
+    return Table("BinaryOp", fields, force=frozenset({"opType"}))
+
+
+def shared_format(ctx: LowerContext, inputs: list[Value], out_rank: int) -> Format:
+    """NC4HW4 if all variable inputs are 4-D NC4HW4 tensors and constants are scalars, else NCHW."""
+    variables = [v for v in inputs if v.const is None]
+    if out_rank != 4 or not variables:
+        return Format.NCHW
+    if any(v.const is not None and v.const.size != 1 for v in inputs):
+        return Format.NCHW
+    ok = all(len(ctx.shape(v)) == 4 and ctx.format_of(v) == Format.NC4HW4 for v in variables)
+    return Format.NC4HW4 if ok else Format.NCHW
+
+
+def operand(ctx: LowerContext, value: Value, fmt: Format, base: str) -> int:
+    """The tensor of an operand in ``fmt`` (a scalar constant stays a 0-d NCHW constant)."""
+    c = value.const
+    if fmt == Format.NC4HW4 and c is not None:
+        return ctx.const_tensor(c.reshape(()), f"{base}__scalar")
+    return ctx.tensor(value, fmt)
+
+
+def _check(ctx: LowerContext, node: Node) -> str | None:
+    if (reason := require_static(node, ctx.graph)) is not None:
+        return reason
+    dt = node.output_types[0].dtype
+    if dt.is_float or (node.op in _INT_OK and dt.is_integer):
+        return None
+    return f"{dt.numpy.name} tensors"
+
+
+def _lower(ctx: LowerContext, node: Node) -> None:
+    ins = [v for v in ctx.graph.inputs_of(node) if v is not None]
+    value = ctx.graph.value(node)
+    name = ctx.op_name(node)
+    integer = not value.type.dtype.is_float
+    if len(ins) == 1:
+        ctx.alias(value, ins[0])
+        return
+    fmt = shared_format(ctx, ins, len(ctx.shape(value)))
+    kind = BINARY_OPS[node.op]
+    acc = operand(ctx, ins[0], fmt, name)
+    for i, v in enumerate(ins[1:], start=1):
+        last = i == len(ins) - 1
+        out = ctx.define(value, fmt) if last else ctx.temp(f"{value.name}__{i}")
+        rhs = operand(ctx, v, fmt, name)
+        ctx.emit("BinaryOp", name if last else f"{name}__{i}", [acc, rhs], [out], binary_table(kind, integer))
+        acc = out
+
+
+LOWERINGS: dict[str, Lowering] = {op: Lowering(_lower, _check) for op in BINARY_OPS}

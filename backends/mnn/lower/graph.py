@@ -1,0 +1,117 @@
+"""Lower a whole Kiln Graph to an :class:`~backends.mnn.model.MnnNet`.
+
+1. Check every node against the op table first and raise one UnsupportedOpsError that
+   lists every unsupported op with its node names (and the reason, where there is one).
+2. One Input op per graph input (NCHW, ``dformat`` written explicitly: its default is NC4HW4).
+3. Every op node in the graph's deterministic topological order, through its lowering.
+4. Graph outputs in NCHW under their public names: an output produced in NC4HW4 gets a
+   trailing ConvertTensor, and the packed tensor is renamed ``<name>__before_tr`` (as
+   MNN's converter does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import numpy as np
+
+from backends.mnn.external import ExternalData
+from backends.mnn.layout import Format
+from backends.mnn.lower.context import LowerContext, mnn_dtype
+from backends.mnn.lower.linear import reshape_table
+from backends.mnn.lower.table import LOWERINGS
+from backends.mnn.model import MnnNet, Table
+from backends.mnn.options import MnnOptions
+from backends.mnn.weights import WeightStorage
+from compiler.errors import UnsupportedOpsError
+from compiler.ir.graph import Graph
+
+__all__ = ["lower_graph", "unsupported_ops", "check_supported"]
+
+log = logging.getLogger(__name__)
+
+_SKIP = ("Input", "Constant")
+
+
+def unsupported_ops(graph: Graph, options: MnnOptions | None = None) -> dict[str, list[str]]:
+    """``{op (reason): [node names]}`` for every node the MNN writer cannot write."""
+    ctx = LowerContext(graph, options or MnnOptions())
+    bad: dict[str, list[str]] = {}
+    for v in graph.inputs:
+        if not v.type.is_static or mnn_dtype(v.type.dtype) is None:
+            bad.setdefault(f"graph input ({v.type})", []).append(v.name)
+    for node in graph.nodes():
+        if node.op in _SKIP and not node.domain:
+            continue
+        lowering = LOWERINGS.get(node.qualified_op)
+        reason = "no MNN lowering" if lowering is None else lowering.check(ctx, node)
+        if reason is not None:
+            key = node.qualified_op if lowering is None else f"{node.qualified_op} ({reason})"
+            bad.setdefault(key, []).append(node.name or node.output_names[0])
+    return bad
+
+
+def check_supported(graph: Graph, options: MnnOptions, source: str = "") -> None:
+    """Raise UnsupportedOpsError listing every node the MNN writer cannot write."""
+    bad = unsupported_ops(graph, options)
+    if bad:
+        raise UnsupportedOpsError(f"{source or graph.name} (MNN writer)", bad)
+
+
+def lower_graph(
+    graph: Graph,
+    options: MnnOptions,
+    source: str = "",
+    plan: Mapping[int, WeightStorage] | None = None,
+) -> tuple[MnnNet, ExternalData | None]:
+    """The MNN net of ``graph`` and its external data (None unless ``options.external``).
+
+    ``plan`` overrides the weight storage of single nodes (by node id).
+    """
+    check_supported(graph, options, source)
+    ctx = LowerContext(graph, options, plan)
+    for v in graph.inputs:
+        idx = ctx.define(v, Format.NCHW)
+        dtype = mnn_dtype(v.type.dtype)
+        param = Table(
+            "Input",
+            {"dims": np.asarray(v.type.static_shape, np.int32), "dtype": dtype, "dformat": Format.NCHW},
+            force=frozenset({"dtype", "dformat"}),
+        )
+        ctx.emit("Input", v.name, [], [idx], param)
+    for node in graph.nodes():
+        if node.op in _SKIP and not node.domain:
+            continue
+        LOWERINGS[node.qualified_op].lower(ctx, node)
+    outputs = _finish_outputs(ctx)
+    net = ctx.finish()
+    net.output_names = outputs
+    log.info("MNN: %d ops, %d tensors", len(net.ops), len(net.tensor_names))
+    return net, ctx.external
+
+
+def _finish_outputs(ctx: LowerContext) -> list[str]:
+    """Give every graph output an NCHW tensor named as its public name."""
+    claimed: set[int] = set()
+    for value, public in zip(ctx.graph.outputs, ctx.graph.output_names, strict=True):
+        plain = ctx.tensor(value, Format.NCHW)
+        if (
+            ctx.format_of(value) == Format.NC4HW4
+            and plain not in claimed
+            and ctx.tensor_name(plain) != public
+        ):
+            packed = ctx.tensor(value, Format.NC4HW4)
+            if ctx.tensor_name(packed) == public:
+                ctx.rename(packed, f"{public}__before_tr")
+            ctx.rename(plain, public, exact=True)
+        is_input = ctx.graph.node(value.node).op == "Input"
+        if plain in claimed or is_input or ctx.tensor_name(plain) != public:
+            copy = ctx.temp(f"{public}__copy")
+            ctx.rename(copy, public, exact=True)
+            ctx.emit("Reshape", f"{public}__copy", [plain], [copy], reshape_table(ctx.shape(value)))
+            plain = copy
+        if ctx.tensor_name(plain) != public:
+            raise ValueError(f"MNN writer: graph output {public!r} clashes with another tensor name")
+        claimed.add(plain)
+    return list(ctx.graph.output_names)

@@ -1,0 +1,156 @@
+"""Gemm and MatMul.
+
+With a constant weight, A[..., K] @ W[K, N] (+ bias) becomes MNN's own form of a fully
+connected layer, a 1x1 Convolution, so the weight encodings (fp16, int8/int4) apply:
+Reshape A to [P, K, 1, 1] -> ConvertTensor to NC4HW4 -> Convolution(K -> N) ->
+ConvertTensor to NCHW -> Reshape to [..., N]. Gemm's alpha scales the weight and beta the bias.
+A MatMul of two variable tensors becomes MatMul (2-D) or BatchMatMul.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backends.mnn.layout import Format
+from backends.mnn.lower.context import LowerContext
+from backends.mnn.lower.conv import conv_common, emit_conv
+from backends.mnn.lower.registry import Lowering, WeightView, require_static
+from backends.mnn.model import Table
+from backends.mnn.schema import fb
+from compiler.ir.graph import Graph, Node, Value
+
+__all__ = ["LOWERINGS", "reshape_table", "gemm_weight", "matmul_weight"]
+
+
+def reshape_table(shape: tuple[int, ...]) -> Table:
+    """A Reshape to a static shape (ONNX / NCHW semantics)."""
+    return Table(
+        "Reshape", {"dims": np.asarray(shape, np.int32), "dimType": Format.NCHW}, force=frozenset({"dimType"})
+    )
+
+
+def _emit_fc(ctx: LowerContext, node: Node, a_value: Value, view: WeightView, bias: np.ndarray) -> None:
+    """out = A @ rows.T + bias through a 1x1 conv; ``view.rows`` is [N, K]."""
+    name = ctx.op_name(node)
+    value = ctx.graph.value(node)
+    a_shape = ctx.shape(a_value)
+    n, k = view.rows.shape
+    rows = int(np.prod(a_shape[:-1], dtype=np.int64))
+    a = ctx.tensor(a_value, Format.NCHW)
+    flat = ctx.temp(f"{value.name}__in4d")
+    ctx.emit("Reshape", f"{name}__in4d", [a], [flat], reshape_table((rows, k, 1, 1)))
+    packed = ctx.convert(flat, Format.NCHW, Format.NC4HW4, f"{value.name}__in4d{Format.NC4HW4.suffix}")
+    conv_out = ctx.temp(f"{value.name}__fc")
+    common = conv_common((1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, n, k)
+    emit_conv(ctx, node, "Convolution", name, packed, conv_out, common, view, bias)
+    plain = ctx.convert(conv_out, Format.NC4HW4, Format.NCHW, f"{value.name}__fc{Format.NCHW.suffix}")
+    out = ctx.define(value, Format.NCHW)
+    ctx.emit("Reshape", f"{name}__out", [plain], [out], reshape_table(ctx.shape(value)))
+
+
+def _float_static(ctx: LowerContext, node: Node) -> str | None:
+    if (reason := require_static(node, ctx.graph)) is not None:
+        return reason
+    return None if node.output_types[0].dtype.is_float else "float tensors only"
+
+
+# ------------------------------------------------------------------------ Gemm
+def _check_gemm(ctx: LowerContext, node: Node) -> str | None:
+    if (reason := _float_static(ctx, node)) is not None:
+        return reason
+    ins = ctx.graph.inputs_of(node)
+    b = ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    assert b is not None
+    if node.attrs.transA:
+        return "transA"
+    if b.const is None:
+        return "B must be constant"
+    n = node.output_types[0].static_shape[1]
+    if c is not None and (
+        c.const is None or c.const.size not in (1, n) or c.const.shape[-1:] not in ((1,), (n,), ())
+    ):
+        return "C must be a constant of N values"
+    return None
+
+
+def gemm_weight(graph: Graph, node: Node) -> WeightView:
+    """Gemm: rows = alpha * B^T ([N, K]; B as given when transB)."""
+    b_value = graph.inputs_of(node)[1]
+    assert b_value is not None and b_value.const is not None
+    at = node.attrs
+    b = b_value.const.astype(np.float32)
+    alpha = np.float32(at.alpha)
+    rows = np.ascontiguousarray((b if at.transB else b.T) * alpha, np.float32)
+
+    def restore(r: np.ndarray) -> np.ndarray:
+        back = (r / alpha).astype(np.float32)
+        return back if at.transB else np.ascontiguousarray(back.T)
+
+    return WeightView(1, rows, restore, rows.shape[1], 1)
+
+
+def _lower_gemm(ctx: LowerContext, node: Node) -> None:
+    ins = ctx.graph.inputs_of(node)
+    a_value = ins[0]
+    assert a_value is not None
+    view = gemm_weight(ctx.graph, node)
+    n = view.rows.shape[0]
+    c_value = ins[2] if len(ins) > 2 else None
+    bias = np.zeros(n, np.float32)
+    if c_value is not None and c_value.const is not None:
+        c = c_value.const.astype(np.float32).reshape(-1)
+        bias = np.broadcast_to(c, (n,)) * np.float32(node.attrs.beta)
+    _emit_fc(ctx, node, a_value, view, np.asarray(bias, np.float32))
+
+
+# ---------------------------------------------------------------------- MatMul
+def _check_matmul(ctx: LowerContext, node: Node) -> str | None:
+    if (reason := _float_static(ctx, node)) is not None:
+        return reason
+    a, b = ctx.graph.inputs_of(node)
+    assert a is not None and b is not None
+    ra, rb = len(a.type.static_shape), len(b.type.static_shape)
+    if b.const is not None:
+        return None if rb == 2 and ra >= 2 else "constant B must be 2-D and A at least 2-D"
+    if ra == rb == 2:
+        return None
+    if ra == rb and ra > 2 and a.type.static_shape[:-2] == b.type.static_shape[:-2]:
+        return None
+    return "batched MatMul needs equal batch dims"
+
+
+def matmul_weight(graph: Graph, node: Node) -> WeightView:
+    """MatMul with a constant B [K, N]: rows = B^T."""
+    b_value = graph.inputs_of(node)[1]
+    assert b_value is not None and b_value.const is not None
+    rows = np.ascontiguousarray(b_value.const.astype(np.float32).T)
+    return WeightView(1, rows, lambda r: np.ascontiguousarray(r.T), rows.shape[1], 1)
+
+
+def _matmul_view(graph: Graph, node: Node) -> WeightView | None:
+    b_value = graph.inputs_of(node)[1]
+    return matmul_weight(graph, node) if b_value is not None and b_value.const is not None else None
+
+
+def _lower_matmul(ctx: LowerContext, node: Node) -> None:
+    a_value, b_value = ctx.graph.inputs_of(node)
+    assert a_value is not None and b_value is not None
+    if b_value.const is not None:
+        view = matmul_weight(ctx.graph, node)
+        _emit_fc(ctx, node, a_value, view, np.zeros(view.rows.shape[0], np.float32))
+        return
+    a = ctx.tensor(a_value, Format.NCHW)
+    b = ctx.tensor(b_value, Format.NCHW)
+    out = ctx.define(ctx.graph.value(node), Format.NCHW)
+    if len(ctx.shape(a_value)) == 2:
+        param = Table("MatMul", {"T": fb.DataType.DT_FLOAT, "transposeA": False, "transposeB": False})
+        ctx.emit("MatMul", ctx.op_name(node), [a, b], [out], param)
+    else:
+        ctx.emit("BatchMatMul", ctx.op_name(node), [a, b], [out], Table("BatchMatMulParam", {}))
+
+
+LOWERINGS: dict[str, Lowering] = {
+    "Gemm": Lowering(_lower_gemm, _check_gemm, gemm_weight),
+    "MatMul": Lowering(_lower_matmul, _check_matmul, _matmul_view),
+}

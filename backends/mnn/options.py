@@ -1,0 +1,84 @@
+"""MNN writer options (``kiln compile --emit mnn --mnn-...``), carried in ``CompileOptions.mnn``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from compiler.errors import OptionError
+
+__all__ = ["MnnOptions", "WEIGHT_MODES", "SCALE_MODES", "PRECISIONS"]
+
+WEIGHT_MODES = ("fp32", "fp16", "int8", "int4")
+SCALE_MODES = ("fp32", "fp16")
+# The artifact precision recorded in the manifest (and the key of its verification tolerance).
+PRECISIONS = {"fp32": "fp32", "fp16": "fp16", "int8": "int8w", "int4": "int4w"}
+
+
+@dataclass(frozen=True)
+class MnnOptions:
+    """How the ``.mnn`` file stores its weights, and its metadata.
+
+    Attributes:
+        weights: conv/deconv/gemm weight storage: fp32, fp16 (IEEE half, decoded to float at load)
+            or weight-only int8/int4 (IDSTQuan table coding, per output channel or per block).
+        scale: storage of the int8/int4 scales: fp32 (``alpha``) or fp16 (``alphaFp16``).
+        asymmetric: int weights with a per-channel (min, scale) pair instead of a symmetric scale.
+        block_size: block-wise scales: one scale per ``block_size`` input channels of each output
+            channel (layers whose input channels per group it does not divide stay per channel).
+        external: keep weights in ``model.mnn.weight`` next to the ``.mnn`` (MNN's external data).
+        biz_code: ``Net.bizCode``, returned by MNN's ``Module.get_info()``.
+        min_cosine: int8/int4 only: the output cosine (against fp32) the weight plan must keep on
+            the compile inputs; the layers that hurt most keep fp16 weights until it holds.
+            None: the verification floor of the precision (int8w 0.999, int4w 0.98); 0: none.
+    """
+
+    weights: str = "fp32"
+    scale: str = "fp32"
+    asymmetric: bool = False
+    block_size: int | None = None
+    external: bool = False
+    biz_code: str = "kiln"
+    min_cosine: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.weights not in WEIGHT_MODES:
+            raise OptionError(f"--mnn-weights {self.weights!r}: choose from {', '.join(WEIGHT_MODES)}")
+        if self.scale not in SCALE_MODES:
+            raise OptionError(f"--mnn-scale {self.scale!r}: choose from {', '.join(SCALE_MODES)}")
+        if self.block_size is not None and self.block_size < 1:
+            raise OptionError(f"--mnn-block-size {self.block_size}: must be >= 1")
+        quantized = self.weights in ("int8", "int4")
+        extras = self.scale != "fp32" or self.asymmetric or self.block_size is not None
+        if not quantized and (extras or self.min_cosine is not None):
+            raise OptionError(
+                "--mnn-scale, --mnn-asymmetric, --mnn-block-size and --mnn-min-cosine apply to "
+                "--mnn-weights int8 or int4"
+            )
+        if self.min_cosine is not None and not 0.0 <= self.min_cosine <= 1.0:
+            raise OptionError(f"--mnn-min-cosine {self.min_cosine}: must be in [0, 1]")
+
+    @property
+    def bits(self) -> int | None:
+        """Bit width of quantized weights (None for float storage)."""
+        return {"int8": 8, "int4": 4}.get(self.weights)
+
+    @property
+    def precision(self) -> str:
+        """The artifact precision: fp32, fp16, int8w or int4w (weight-only)."""
+        return PRECISIONS[self.weights]
+
+    @property
+    def target_cosine(self) -> float:
+        """The cosine the weight plan keeps (0: quantize every layer)."""
+        if self.bits is None:
+            return 0.0
+        if self.min_cosine is not None:
+            return self.min_cosine
+        from compiler.verification import TOLERANCES
+
+        return TOLERANCES[self.precision].min_cosine
+
+    def manifest_view(self) -> dict[str, Any]:
+        """The options as recorded in the manifest."""
+        return asdict(self)
