@@ -19,6 +19,14 @@ _CLEANUP = FixedPoint(
 PIPELINES: dict[str, list[PipelineItem]] = {
     "none": [],
     "cleanup": [_CLEANUP],
+    # The default pipeline without canonicalize, whose hard-swish/hard-sigmoid rewrites are exact in
+    # math but not in float32 rounding (pan: 5e-5): for checks that need the source model's numerics.
+    "exact": [
+        _CLEANUP,
+        FixedPoint(("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"),
+        "fuse-conv-bias-act",
+        _CLEANUP,
+    ],
     "default": [
         _CLEANUP,
         "canonicalize",

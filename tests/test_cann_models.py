@@ -31,9 +31,10 @@ from frontends.cann.loader import read_om_graph
 from tests.conftest import MODEL_STEMS, MODELS
 from tests.helpers.cann import compile_model_cli, feeds_of, ge_consts, netron_check
 
-# Max rel of the read-back .om against the original model. Kiln's own pipeline (canonicalize
-# rewrites pan's x*clip(x+3,0,6)/6 into HardSwish) moves pan's sigmoid outputs by 5e-5; the .om
-# itself adds nothing (it equals Kiln's ONNX artifact bit for bit, checked below).
+# Max rel of the read-back .om against the original model with the default pipeline. Its canonicalize
+# pass rewrites pan's x*clip(x+3,0,6)/6 into HardSwish, which moves pan's sigmoid outputs by 5e-5; the
+# .om itself adds nothing (it equals Kiln's ONNX artifact bit for bit, checked below), and with the
+# "exact" pipeline every model meets 1e-5 (test_exact_pipeline_meets_1e5).
 FP32_VS_ORIGINAL = {stem: 1e-5 for stem in MODEL_STEMS} | {"pan_mnv3s_skin_clothes_hair": 1e-4}
 
 CONFIGS = [(s, p, c) for s in MODEL_STEMS for p in ("fp32", "int8") for c in ("ge", "domi")]
@@ -135,3 +136,15 @@ def test_netron_reads_every_ge_file(builds: Builds) -> None:
         assert seen == shas, f"{where}: Netron's weights differ from the bytes Kiln wrote"
         relu_flags = sum(1 for op in ops if op.type == "AscendDequant" and op.attr["relu_flag"].b)
         assert sum(n["chain"] == ["ReLU"] for n in nodes) == relu_flags, where
+
+
+@pytest.mark.parametrize("schema", ["ge", "domi"])
+@pytest.mark.parametrize("stem", MODEL_STEMS)
+def test_exact_pipeline_meets_1e5(
+    tmp_path: Path, originals: dict[str, dict[str, np.ndarray]], stem: str, schema: str
+) -> None:
+    out = compile_model_cli(stem, tmp_path / "o", "fp32", schema, verify=False, pipeline="exact")
+    got = _readback(out / "model.om", feeds_of(stem))
+    for name, ref in originals[stem].items():
+        rel = agreement(got[name], ref).max_rel
+        assert rel <= 1e-5, f"{stem}:{name}: max rel {rel:.3g} against the original"

@@ -35,9 +35,12 @@ NETRON_SCRIPT = Path(__file__).resolve().parent / "netron_check.mjs"
 INPUT_SHAPES = {"ppocr_mobile_v2_cls": ["--input-shape", "x=1x3x48x192"]}
 
 
-def compile_model_cli(stem: str, out: Path, precision: str, schema: str, *, verify: bool = True) -> Path:
+def compile_model_cli(
+    stem: str, out: Path, precision: str, schema: str, *, verify: bool = True, pipeline: str = "default"
+) -> Path:
     """``kiln compile`` of a shared model with ``--emit onnx,cann``; returns the output folder."""
     args = [str(MODELS / f"{stem}.onnx"), "-o", str(out), "--emit", "onnx,cann", "--cann-schema", schema]
+    args += ["--pipeline", pipeline]
     args += INPUT_SHAPES.get(stem, [])
     args += ["--inputs", str(MODELS / "data" / f"{stem}.npz")]
     if precision == "int8":
