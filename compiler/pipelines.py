@@ -12,6 +12,9 @@ from compiler.pass_manager import FixedPoint, PassManager, PipelineItem
 
 __all__ = ["PIPELINES", "pipeline", "optimize"]
 
+_BATCHNORM = FixedPoint(
+    ("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"
+)
 _CLEANUP = FixedPoint(
     ("fold-constants", "eliminate-identities", "eliminate-dead-nodes"), max_steps=8, name="cleanup"
 )
@@ -23,16 +26,14 @@ PIPELINES: dict[str, list[PipelineItem]] = {
     # math but not in float32 rounding (pan: 5e-5): for checks that need the source model's numerics.
     "exact": [
         _CLEANUP,
-        FixedPoint(("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"),
+        _BATCHNORM,
         "fuse-conv-bias-act",
         _CLEANUP,
     ],
     "default": [
         _CLEANUP,
         "canonicalize",
-        FixedPoint(
-            ("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"
-        ),
+        _BATCHNORM,
         "fuse-conv-bias-act",
         _CLEANUP,
     ],
