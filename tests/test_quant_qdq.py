@@ -15,31 +15,15 @@ from compiler.quant.params import QRANGE, bias_params, dequantize, quantize, ran
 from compiler.quant.plan import make_plan
 from compiler.quant.qdq import activation_params, insert_qdq
 from frontends.onnx.loader import load_onnx
-from tests.helpers.onnx_text import rand, text_model
+from tests.helpers.onnx_text import rand
 from tests.helpers.pass_check import op_counts, ort, ort_graph
+from tests.helpers.quant_models import conv_gemm_net
 
 SAMPLES = [{"x": rand(1, 3, 8, 8, seed=s)} for s in range(4)]
 
 
 def model() -> Graph:
-    m = text_model(
-        """g (float[1,3,8,8] x) => (float[1,8] y) {
-             c1 = Conv<pads=[1,1,1,1]>(x, w1, b1)
-             r1 = Relu(c1)
-             c2 = Conv<pads=[1,1,1,1]>(r1, w2, b2)
-             s = Add(c2, r1)
-             p = MaxPool<kernel_shape=[2,2],strides=[2,2]>(s)
-             g = GlobalAveragePool(p)
-             f = Flatten(g)
-             y = Gemm<transB=1>(f, wf, bf)
-           }""",
-        w1=rand(4, 3, 3, 3, seed=1, scale=0.4),
-        b1=rand(4, seed=2),
-        w2=rand(4, 4, 3, 3, seed=3, scale=0.3),
-        b2=rand(4, seed=4),
-        wf=rand(8, 4, seed=5),
-        bf=rand(8, seed=6),
-    )
+    m = conv_gemm_net()
     g = load_onnx(m)
     PassManager(pipeline("default")).run(g)
     return g

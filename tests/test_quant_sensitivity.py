@@ -30,7 +30,8 @@ from compiler.quant.sensitivity import compute_sensitivity, evaluation_samples
 from compiler.runners import run_onnxruntime
 from frontends.onnx.loader import load_onnx
 from tests.conftest import MODELS
-from tests.helpers.onnx_text import rand, text_model
+from tests.helpers.onnx_text import rand
+from tests.helpers.quant_models import conv_gemm_net
 
 DATA = MODELS / "data"
 SAMPLES = [{"x": rand(1, 3, 8, 8, seed=s)} for s in range(6)]
@@ -38,24 +39,7 @@ SAMPLES = [{"x": rand(1, 3, 8, 8, seed=s)} for s in range(6)]
 
 def small_onnx() -> onnx.ModelProto:
     """Two outputs: y (after a Gemm) and p (a pooled intermediate); convs, relu, add, maxpool, gemm."""
-    return text_model(
-        """g (float[1,3,8,8] x) => (float[1,8] y, float[1,4,4,4] p) {
-             c1 = Conv<pads=[1,1,1,1]>(x, w1, b1)
-             r1 = Relu(c1)
-             c2 = Conv<pads=[1,1,1,1]>(r1, w2, b2)
-             s = Add(c2, r1)
-             p = MaxPool<kernel_shape=[2,2],strides=[2,2]>(s)
-             g = GlobalAveragePool(p)
-             f = Flatten(g)
-             y = Gemm<transB=1>(f, wf, bf)
-           }""",
-        w1=rand(4, 3, 3, 3, seed=1, scale=0.4),
-        b1=rand(4, seed=2),
-        w2=rand(4, 4, 3, 3, seed=3, scale=0.3),
-        b2=rand(4, seed=4),
-        wf=rand(8, 4, seed=5),
-        bf=rand(8, seed=6),
-    )
+    return conv_gemm_net(pooled_output=True)
 
 
 def small_graph() -> Graph:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from backends.cann.codes import MODEL_DEF, WEIGHTS_DATA
 from backends.cann.om_container import read_om
@@ -22,6 +21,7 @@ from compiler.ir.graph import Graph
 from frontends.cann.domi_reader import parse_domi, read_domi
 from frontends.cann.ge_reader import parse_ge, read_ge
 from frontends.cann.lift import lift_graph
+from frontends.model_file import read_model_bytes
 
 __all__ = ["load_om", "read_om_graph"]
 
@@ -59,13 +59,7 @@ def load_om(
         UnsupportedOpsError: some op types have no Kiln mapping (every one is listed).
         InputShapeError: ``input_shapes`` names an unknown input or another shape.
     """
-    p = Path(source)
-    if not p.is_file():
-        raise ModelFileError(f"{p}: model file not found")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ModelFileError(f"{p}: cannot read the model file ({exc})") from None
+    p, data = read_model_bytes(source)
     schema, om = read_om_graph(data, str(p))
     logger.info("%s: %s MODEL_DEF with %d ops", p, schema, len(om.ops))
     return lift_graph(om, str(p), input_shapes)

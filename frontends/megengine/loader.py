@@ -12,7 +12,6 @@ import logging
 import os
 import struct
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from compiler.errors import ModelFileError
 from compiler.ir.graph import Graph
@@ -21,6 +20,7 @@ from frontends.megengine.importer import MgeImporter
 from frontends.megengine.model import MgeModel
 from frontends.megengine.reader_v1 import read_v1
 from frontends.megengine.reader_v2 import read_v2
+from frontends.model_file import read_model_bytes
 
 __all__ = ["load_mge", "read_mge"]
 
@@ -67,13 +67,7 @@ def load_mge(
         InputShapeError: ``input_shapes`` names an unknown input or changes a rank.
         ConversionError: an operator could not be converted (names it).
     """
-    p = Path(source)
-    if not p.is_file():
-        raise ModelFileError(f"{p}: model file not found")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ModelFileError(f"{p}: cannot read the model file ({exc})") from None
+    p, data = read_model_bytes(source)
     model = read_mge(data, str(p))
     graph = MgeImporter(model, str(p), input_shapes or {}).run()
     graph.name = p.stem
