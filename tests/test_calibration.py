@@ -37,9 +37,16 @@ def conv_relu(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
     b = numpy_helper.from_array((rng.standard_normal(8) * 0.1).astype(np.float32), "B")
     vi = helper.make_tensor_value_info
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
-        "conv_relu", [vi("x", TensorProto.FLOAT, [1, 3, 32, 32])], [vi("y", TensorProto.FLOAT, [1, 8, 32, 32])],
-        [w, b], value_info=[vi("c", TensorProto.FLOAT, [1, 8, 32, 32])])
+        [
+            helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        "conv_relu",
+        [vi("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [vi("y", TensorProto.FLOAT, [1, 8, 32, 32])],
+        [w, b],
+        value_info=[vi("c", TensorProto.FLOAT, [1, 8, 32, 32])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path_factory.mktemp("calib") / "conv_relu.onnx"
     onnx.save(model, path)
@@ -79,8 +86,11 @@ ORT_CASES = [  # (ORT method, ORT extra_options, the same method in Kiln)
     (CalibrationMethod.MinMax, {"moving_average": True}, CalibMethod("minmax", moving_average=True)),
     (CalibrationMethod.Percentile, {}, CalibMethod("percentile")),
     (CalibrationMethod.Percentile, {"percentile": 99.9}, CalibMethod("percentile", percentile=99.9)),
-    (CalibrationMethod.Percentile, {"symmetric": False, "percentile": 99.0},
-     CalibMethod("percentile", percentile=99.0, symmetric_range=False)),
+    (
+        CalibrationMethod.Percentile,
+        {"symmetric": False, "percentile": 99.0},
+        CalibMethod("percentile", percentile=99.0, symmetric_range=False),
+    ),
     (CalibrationMethod.Entropy, {}, CalibMethod("entropy")),
     (CalibrationMethod.Entropy, {"num_bins": 512}, CalibMethod("entropy", num_bins=512)),
 ]
@@ -91,10 +101,11 @@ ORT_CASES = [  # (ORT method, ORT extra_options, the same method in Kiln)
 def test_ranges_equal_onnxruntime(conv_relu, tmp_path, capsys, ort_method, extra, method, streaming) -> None:
     """Bit-exact: quantize_static's single collect_data call, or one call per sample (merged histograms)."""
     path, acts = conv_relu
-    cal = create_calibrator(path, None, str(tmp_path / "aug.onnx"), calibrate_method=ort_method,
-                            extra_options=extra)
+    cal = create_calibrator(
+        path, None, str(tmp_path / "aug.onnx"), calibrate_method=ort_method, extra_options=extra
+    )
     feeds = [{"x": a["x"]} for a in acts]
-    for chunk in ([[f] for f in feeds] if streaming else [feeds]):
+    for chunk in [[f] for f in feeds] if streaming else [feeds]:
         cal.collect_data(_Reader(chunk))
     expected = cal.compute_data()
     capsys.readouterr()
@@ -118,21 +129,34 @@ def test_entropy_defaults_are_minmax_and_streaming_differs(conv_relu) -> None:
     assert minmax[0] < lo < 0 < hi < minmax[1]
 
 
-@pytest.mark.parametrize(("rmin", "rmax"), [(0.0, 0.0), (-1.5, 3.25), (0.2, 5.0), (-4.0, -1.0), (-1e-3, 2e-3),
-                                           (0.0, 1e-40), (3.5, 3.5)])
-@pytest.mark.parametrize(("dtype", "symmetric"), [(DType.UINT8, False), (DType.INT8, True), (DType.INT8, False)])
+@pytest.mark.parametrize(
+    ("rmin", "rmax"),
+    [(0.0, 0.0), (-1.5, 3.25), (0.2, 5.0), (-4.0, -1.0), (-1e-3, 2e-3), (0.0, 1e-40), (3.5, 3.5)],
+)
+@pytest.mark.parametrize(
+    ("dtype", "symmetric"), [(DType.UINT8, False), (DType.INT8, True), (DType.INT8, False)]
+)
 def test_scale_zero_point_equal_onnxruntime(rmin, rmax, dtype, symmetric) -> None:
     qmin, qmax = qrange(dtype, symmetric=symmetric)
-    zp, scale = compute_scale_zp(np.float32(rmin), np.float32(rmax), np.array(qmin, dtype.numpy),
-                                 np.array(qmax, dtype.numpy), symmetric)
+    zp, scale = compute_scale_zp(
+        np.float32(rmin),
+        np.float32(rmax),
+        np.array(qmin, dtype.numpy),
+        np.array(qmax, dtype.numpy),
+        symmetric,
+    )
     got_scale, got_zp = compute_scale_zero_point(rmin, rmax, qmin, qmax, symmetric=symmetric)
     assert got_scale.dtype == np.float32 and got_scale == scale and got_zp == int(zp)
 
 
-ALL_METHODS = [CalibMethod(n, streaming=s) for n in ("minmax", "percentile", "entropy", "mse") for s in (False, True)]
+ALL_METHODS = [
+    CalibMethod(n, streaming=s) for n in ("minmax", "percentile", "entropy", "mse") for s in (False, True)
+]
 
 
-@pytest.mark.parametrize("method", ALL_METHODS, ids=lambda m: f"{m.name}-{'stream' if m.streaming else 'batch'}")
+@pytest.mark.parametrize(
+    "method", ALL_METHODS, ids=lambda m: f"{m.name}-{'stream' if m.streaming else 'batch'}"
+)
 @pytest.mark.parametrize("value", [0.0, 3.5, -2.0])
 def test_zero_and_constant_tensors_give_usable_ranges(method, value) -> None:
     obs = _observe(method, [np.full((2, 3, 4), value, np.float32)] * 3)
@@ -147,7 +171,9 @@ def test_zero_and_constant_tensors_give_usable_ranges(method, value) -> None:
             assert rmin == -rmax
 
 
-@pytest.mark.parametrize("method", ALL_METHODS, ids=lambda m: f"{m.name}-{'stream' if m.streaming else 'batch'}")
+@pytest.mark.parametrize(
+    "method", ALL_METHODS, ids=lambda m: f"{m.name}-{'stream' if m.streaming else 'batch'}"
+)
 def test_deterministic(conv_relu, method) -> None:
     arrays = [a["c"] for a in conv_relu[1]]
     first = [_observe(method, arrays).range(symmetric=s) for s in (False, True)]
@@ -173,7 +199,9 @@ def test_mse_range_is_near_the_best_clipping(symmetric) -> None:
     lo, hi = _observe(CalibMethod("mse"), samples).range(symmetric=symmetric)
     minmax = _observe(CalibMethod("minmax"), samples).range(symmetric=symmetric)
     got = _quant_mse(data, (lo, hi), symmetric)
-    best = min(_quant_mse(data, (-b if symmetric else lo, b), symmetric) for b in np.linspace(1, minmax[1], 300))
+    best = min(
+        _quant_mse(data, (-b if symmetric else lo, b), symmetric) for b in np.linspace(1, minmax[1], 300)
+    )
     assert got <= 1.05 * best and got < _quant_mse(data, minmax, symmetric)
     assert lo == -hi if symmetric else lo < 0 < hi < minmax[1]
 
@@ -209,24 +237,50 @@ def test_channel_minmax_and_per_channel_scales() -> None:
 def test_bin_counts_equal_numpy(n, lo, hi, seed, absolute) -> None:
     rng = np.random.default_rng(seed)
     edges = uniform_edges(np.float32(lo), np.float32(hi), n)
-    x = np.concatenate([rng.uniform(lo - 0.5, hi + 0.5, 5000), np.zeros(100), edges,
-                        np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, np.float32(-np.inf)),
-                        [np.nan, np.inf]]).astype(np.float32)
+    x = np.concatenate(
+        [
+            rng.uniform(lo - 0.5, hi + 0.5, 5000),
+            np.zeros(100),
+            edges,
+            np.nextafter(edges, np.float32(np.inf)),
+            np.nextafter(edges, np.float32(-np.inf)),
+            [np.nan, np.inf],
+        ]
+    ).astype(np.float32)
     f32_range = (np.float32(lo), np.float32(hi))  # float32 ends, as onnxruntime passes them
     want = np.histogram(np.abs(x) if absolute else x, n, range=f32_range)[0]  # type: ignore[arg-type]
     np.testing.assert_array_equal(bin_counts(x, edges, absolute=absolute), want)
 
 
-@pytest.mark.parametrize(("text", "name", "pct"), [("minmax", "minmax", 99.999), (" Entropy ", "entropy", 99.999),
-                                                   ("mse", "mse", 99.999), ("percentile", "percentile", 99.999),
-                                                   ("percentile=99.99", "percentile", 99.99)])
+@pytest.mark.parametrize(
+    ("text", "name", "pct"),
+    [
+        ("minmax", "minmax", 99.999),
+        (" Entropy ", "entropy", 99.999),
+        ("mse", "mse", 99.999),
+        ("percentile", "percentile", 99.999),
+        ("percentile=99.99", "percentile", 99.99),
+    ],
+)
 def test_parse_calib_method(text, name, pct) -> None:
     m = parse_calib_method(text)
     assert (m.name, m.percentile) == (name, pct) and parse_calib_method(m.spec()) == m
 
 
-@pytest.mark.parametrize("text", ["", "kl", "percentile=", "percentile=abc", "percentile=0", "percentile=101",
-                                  "percentile=nan", "minmax=3", "entropy=1"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "kl",
+        "percentile=",
+        "percentile=abc",
+        "percentile=0",
+        "percentile=101",
+        "percentile=nan",
+        "minmax=3",
+        "entropy=1",
+    ],
+)
 def test_parse_calib_method_rejects(text) -> None:
     with pytest.raises(OptionError, match=r"--calib-method"):
         parse_calib_method(text)
@@ -261,16 +315,19 @@ def test_load_npy_folder_order_and_cast(tmp_path) -> None:
 STACK = np.zeros((2, 1, 3, 4, 5))
 
 
-@pytest.mark.parametrize(("files", "error", "match"), [
-    ({"s.npz": {"inp": STACK, "other": np.zeros(2)}}, InputShapeError, "other"),
-    ({"s.npz": {"wrong": STACK}}, InputShapeError, "wrong"),
-    ({"s.npz": {"inp": np.zeros((2, 1, 3, 4, 6))}}, InputShapeError, "s.npz: input 'inp'"),
-    ({"s.npz": {"inp": np.zeros((3, 4, 5))}}, InputShapeError, "s.npz: input 'inp'"),
-    ({"s.npz": b"PK\x03\x04 corrupt"}, ModelFileError, "s.npz"),
-    ({"s.npy": b"\x93NUMPY garbage"}, ModelFileError, "s.npy"),
-    ({}, ModelFileError, "empty"),
-    ({"a.npz": {"inp": STACK}, "b.png": b"x"}, ModelFileError, "mixes"),
-])
+@pytest.mark.parametrize(
+    ("files", "error", "match"),
+    [
+        ({"s.npz": {"inp": STACK, "other": np.zeros(2)}}, InputShapeError, "other"),
+        ({"s.npz": {"wrong": STACK}}, InputShapeError, "wrong"),
+        ({"s.npz": {"inp": np.zeros((2, 1, 3, 4, 6))}}, InputShapeError, "s.npz: input 'inp'"),
+        ({"s.npz": {"inp": np.zeros((3, 4, 5))}}, InputShapeError, "s.npz: input 'inp'"),
+        ({"s.npz": b"PK\x03\x04 corrupt"}, ModelFileError, "s.npz"),
+        ({"s.npy": b"\x93NUMPY garbage"}, ModelFileError, "s.npy"),
+        ({}, ModelFileError, "empty"),
+        ({"a.npz": {"inp": STACK}, "b.png": b"x"}, ModelFileError, "mixes"),
+    ],
+)
 def test_load_errors(tmp_path, files, error, match) -> None:
     for name, content in files.items():
         if isinstance(content, bytes):
@@ -295,7 +352,13 @@ def test_load_errors_for_paths_and_options(tmp_path) -> None:
 
 def test_parse_preprocess() -> None:
     p = parse_preprocess("resize=224x320, mean=0.485;0.456:0.406, std=0.5, scale=1/255, layout=nhwc, bgr")
-    assert (p.resize, p.mean, p.std, p.layout, p.bgr) == ((224, 320), (0.485, 0.456, 0.406), (0.5,), "NHWC", True)
+    assert (p.resize, p.mean, p.std, p.layout, p.bgr) == (
+        (224, 320),
+        (0.485, 0.456, 0.406),
+        (0.5,),
+        "NHWC",
+        True,
+    )
     assert p.scale == pytest.approx(1 / 255, rel=1e-15)
     for bad in ("resize=224", "mean=a", "std=0", "scale=1/0", "layout=CHW", "flip"):
         with pytest.raises(OptionError, match="--preprocess"):
@@ -308,16 +371,23 @@ def test_load_images(tmp_path) -> None:
     rgb = np.random.default_rng(0).integers(0, 256, (6, 8, 3), dtype=np.uint8)
     Image.fromarray(rgb).save(tmp_path / "b.png")
     Image.fromarray(255 - rgb).save(tmp_path / "a.bmp")
-    samples = load_calibration(tmp_path, {"img": TensorType(DType.FLOAT32, (1, 3, 6, 8))},
-                               preprocess="mean=0.5;0.25;0,std=0.5,scale=1/255,bgr")
-    want = ((rgb[:, :, ::-1].astype(np.float32) * np.float32(1 / 255) - np.array([0.5, 0.25, 0], np.float32))
-            / np.float32(0.5)).transpose(2, 0, 1)[None]
+    samples = load_calibration(
+        tmp_path,
+        {"img": TensorType(DType.FLOAT32, (1, 3, 6, 8))},
+        preprocess="mean=0.5;0.25;0,std=0.5,scale=1/255,bgr",
+    )
+    want = (
+        (rgb[:, :, ::-1].astype(np.float32) * np.float32(1 / 255) - np.array([0.5, 0.25, 0], np.float32))
+        / np.float32(0.5)
+    ).transpose(2, 0, 1)[None]
     np.testing.assert_allclose(samples[1]["img"], want, rtol=0, atol=1e-6)  # names sort: a.bmp first
-    nhwc = load_calibration(tmp_path / "b.png", {"img": TensorType(DType.FLOAT32, ("N", 5, 4, 3))},
-                            preprocess="resize=5x4")  # NHWC, seen from the shape
+    nhwc = load_calibration(
+        tmp_path / "b.png", {"img": TensorType(DType.FLOAT32, ("N", 5, 4, 3))}, preprocess="resize=5x4"
+    )  # NHWC, seen from the shape
     assert nhwc[0]["img"].shape == (1, 5, 4, 3)
-    chw = load_calibration(tmp_path / "b.png", {"img": TensorType(DType.FLOAT32, (3, 3, 4))},
-                           preprocess="resize=3x4,layout=NCHW")
+    chw = load_calibration(
+        tmp_path / "b.png", {"img": TensorType(DType.FLOAT32, (3, 3, 4))}, preprocess="resize=3x4,layout=NCHW"
+    )
     assert chw[0]["img"].shape == (3, 3, 4)
     gray = load_calibration(tmp_path / "b.png", {"img": TensorType(DType.FLOAT32, (1, 1, 6, 8))})
     assert gray[0]["img"].shape == (1, 1, 6, 8)
@@ -370,8 +440,11 @@ def test_observers_fast_on_pan_mnv3s() -> None:
     """
     stem = "pan_mnv3s_skin_clothes_hair"
     model = onnx.shape_inference.infer_shapes(onnx.load(MODELS / f"{stem}.onnx"))
-    floats = {v.name for v in [*model.graph.value_info, *model.graph.output]
-              if v.type.tensor_type.elem_type == TensorProto.FLOAT}
+    floats = {
+        v.name
+        for v in [*model.graph.value_info, *model.graph.output]
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT
+    }
     names = sorted(floats - {o.name for o in model.graph.output})
     model.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

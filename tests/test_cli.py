@@ -58,7 +58,9 @@ def test_compile_is_byte_identical(tmp_path: Path) -> None:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
-def _expect_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str | Path], needle: str) -> None:
+def _expect_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str | Path], needle: str
+) -> None:
     out = tmp_path / "out"
     before = tree(tmp_path)
     assert kiln(*args, "-o", out) == 2
@@ -107,7 +109,9 @@ def test_unknown_op_lists_every_op_and_node(tmp_path: Path, capsys: pytest.Captu
 
 @pytest.mark.parametrize("shape", ["x=1x3x48", "x=1x4x48x192", "y=1x3x48x192", "x=1x3x1x1", "x=1xAx2"])
 def test_impossible_input_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str], shape: str) -> None:
-    _expect_error(tmp_path, capsys, ["compile", PPOCR, "--input-shape", shape], "x" if shape[0] == "x" else "y")
+    _expect_error(
+        tmp_path, capsys, ["compile", PPOCR, "--input-shape", shape], "x" if shape[0] == "x" else "y"
+    )
 
 
 def test_bad_flags_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -132,7 +136,9 @@ class _Scale2(Pass):
         return rw.result
 
 
-def test_verification_failure_exits_1_and_names_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verification_failure_exits_1_and_names_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     m = text_model("""g (float[4] x) => (float[4] y) { y = Relu(x) }""")
     path = tmp_path / "m.onnx"
     onnx.save(m, path)
@@ -167,11 +173,26 @@ def test_passes_and_opt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert name in listing
     dump = tmp_path / "ir"
     out = tmp_path / "o.onnx"
-    assert kiln("opt", ULTRA, "--passes", "fold-batchnorm,eliminate-dead-nodes", "-o", out,
-                "--dump-ir", dump, "--timing") == 0
+    assert (
+        kiln(
+            "opt",
+            ULTRA,
+            "--passes",
+            "fold-batchnorm,eliminate-dead-nodes",
+            "-o",
+            out,
+            "--dump-ir",
+            dump,
+            "--timing",
+        )
+        == 0
+    )
     assert "fold-batchnorm" in capsys.readouterr().out
-    assert sorted(p.name for p in dump.iterdir()) == ["00-input.txt", "01-fold-batchnorm.txt",
-                                                       "02-eliminate-dead-nodes.txt"]
+    assert sorted(p.name for p in dump.iterdir()) == [
+        "00-input.txt",
+        "01-fold-batchnorm.txt",
+        "02-eliminate-dead-nodes.txt",
+    ]
     model = onnx.load(out)
     assert not any(n.op_type == "BatchNormalization" for n in model.graph.node)
 
@@ -183,7 +204,9 @@ def test_inspect_and_onnx_compile_do_not_import_tvm(tmp_path: Path) -> None:
         f"assert main(['compile', {str(ULTRA)!r}, '-o', {str(tmp_path / 'o')!r}]) == 0; "
         "assert 'tvm' not in sys.modules, 'tvm was imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=Path(__file__).parents[1])
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, cwd=Path(__file__).parents[1]
+    )
 
 
 def test_compile_dump_ir_and_timing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

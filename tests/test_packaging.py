@@ -11,20 +11,50 @@ from tests.conftest import ROOT
 
 
 def test_wheel_contents(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(tmp_path),
+        str(ROOT),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, cwd=tmp_path)
     wheels = list(tmp_path.glob("kiln_compiler-*.whl"))
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
-    for pkg in ("compiler", "compiler/ir", "compiler/ops", "compiler/quant", "compiler/calibration", "passes",
-                "frontends", "frontends/onnx", "frontends/onnx/converters", "backends", "backends/onnx", "schemas",
-                "frontends/megengine", "frontends/megengine/converters", "frontends/megengine/generated",
-                "schemas/megengine",
-                "examples/digits"):
+    for pkg in (
+        "compiler",
+        "compiler/ir",
+        "compiler/ops",
+        "compiler/quant",
+        "compiler/calibration",
+        "passes",
+        "frontends",
+        "frontends/onnx",
+        "frontends/onnx/converters",
+        "backends",
+        "backends/onnx",
+        "schemas",
+        "frontends/megengine",
+        "frontends/megengine/converters",
+        "frontends/megengine/generated",
+        "schemas/megengine",
+        "examples/digits",
+    ):
         assert f"{pkg}/__init__.py" in names, pkg
-    for mod in ("passes/fold_batchnorm.py", "passes/fuse_conv_bias_act.py", "compiler/cli.py",
-                "frontends/megengine/generated/schema_v2_generated.py", "schemas/megengine/schema_v2.fbs",
-                "schemas/megengine/generate.py"):
+    for mod in (
+        "passes/fold_batchnorm.py",
+        "passes/fuse_conv_bias_act.py",
+        "compiler/cli.py",
+        "frontends/megengine/generated/schema_v2_generated.py",
+        "schemas/megengine/schema_v2.fbs",
+        "schemas/megengine/generate.py",
+    ):
         assert mod in names, mod
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "kiln = compiler.cli:main" in zipfile.ZipFile(wheels[0]).read(entry).decode()

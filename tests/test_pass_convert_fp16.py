@@ -55,8 +55,11 @@ def small_conv_model() -> onnx.ModelProto:
              y = Softmax(k)
              z = Max(x, eps)
            }""",
-        w=rand(4, 3, 3, 3, seed=2, scale=0.3), b=np.array([2.041, -2.557, 0.418, -0.568], np.float32),
-        shape=np.array([1, 64, 4], np.int64), lo=np.array(-1.5, np.float32), hi=np.array(1.5, np.float32),
+        w=rand(4, 3, 3, 3, seed=2, scale=0.3),
+        b=np.array([2.041, -2.557, 0.418, -0.568], np.float32),
+        shape=np.array([1, 64, 4], np.int64),
+        lo=np.array(-1.5, np.float32),
+        hi=np.array(1.5, np.float32),
         eps=np.array(1e-12, np.float32),
     )
 
@@ -110,9 +113,13 @@ def test_interface_stays_float32_with_casts_at_the_boundary() -> None:
         "  return %y, %t\n}\n"
     )
     model = export_onnx(g)
-    assert [(v.name, v.type.tensor_type.elem_type) for v in model.graph.input] == [("x", onnx.TensorProto.FLOAT)]
+    assert [(v.name, v.type.tensor_type.elem_type) for v in model.graph.input] == [
+        ("x", onnx.TensorProto.FLOAT)
+    ]
     assert [(v.name, v.type.tensor_type.elem_type) for v in model.graph.output] == [
-        ("y", onnx.TensorProto.FLOAT), ("t", onnx.TensorProto.FLOAT)]
+        ("y", onnx.TensorProto.FLOAT),
+        ("t", onnx.TensorProto.FLOAT),
+    ]
     assert_all_close(ort(model, X), ort(m, X), rtol=2.0**-11, atol=0.0)
     assert not run_passes(g, ["convert-fp16"]).changed
 
@@ -150,7 +157,8 @@ def test_must_not_fire_integers_unsafe_ops_and_tiny_constants() -> None:
     # Max is allowed, but 1e-12 flushes to 0 in fp16: Max and its constant stay fp32, with the reason.
     assert g.find_value("eps").type.dtype is DType.FLOAT32 and g.find_value("z").type.dtype is DType.FLOAT32
     assert [(n.node, n.reason) for n in ctx.near_misses] == [
-        ("z", "constant 'eps' is not representable in float16 within 0.001")]
+        ("z", "constant 'eps' is not representable in float16 within 0.001")
+    ]
     # The interface keeps its names and dtypes.
     assert g.input_types() == {"x": TensorType(DType.FLOAT32, (1, 3, 8, 8))}
     assert [(v.name, v.type.dtype) for v in g.outputs] == [("y", DType.FLOAT32), ("z", DType.FLOAT32)]
@@ -243,7 +251,9 @@ def one_node_graph(op: str, inputs: list[np.ndarray], attrs: dict[str, Any], num
     g = Graph("probe")
     domain, _, name = op.rpartition("::")
     values = [
-        g.add_input(f"in{i}", TensorType.of(a)) if a.dtype.kind == "f" and a.ndim else g.add_constant(a, f"c{i}")
+        g.add_input(f"in{i}", TensorType.of(a))
+        if a.dtype.kind == "f" and a.ndim
+        else g.add_constant(a, f"c{i}")
         for i, a in enumerate(inputs)
     ]
     node = g.add_node(name, values, attrs, domain=domain, num_outputs=num_outputs)
@@ -257,9 +267,14 @@ def test_allow_list_has_native_ort_fp16_kernels(op: str) -> None:
     assert set(PROBES) == FP16_SAFE_OPS, "every allow-listed op needs a probe"
     g = one_node_graph(op, *PROBES[op])
     model = export_onnx(g)
-    feeds = {v.name: a for v, a in zip(g.inputs, [a for a in PROBES[op][0] if a.dtype.kind == "f" and a.ndim],
-                                        strict=True)}
-    for level in (onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL, onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL):
+    feeds = {
+        v.name: a
+        for v, a in zip(g.inputs, [a for a in PROBES[op][0] if a.dtype.kind == "f" and a.ndim], strict=True)
+    }
+    for level in (
+        onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    ):
         with tempfile.TemporaryDirectory() as tmp:
             so = onnxruntime.SessionOptions()
             so.graph_optimization_level = level

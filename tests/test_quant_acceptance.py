@@ -132,7 +132,9 @@ def test_int8_model_is_qdq_and_quantizes_every_candidate(bench: QuantBench, stem
     model = onnx.load(str(out / "model.onnx"))
     floats = json.loads((out / "manifest.json").read_text())["quantization"]["float_nodes"]
     tail = "float post-processing after the last weighted layer"
-    assert all(why == tail for why in floats.values()), f"{stem}: quantizable nodes were left in float: {floats}"
+    assert all(why == tail for why in floats.values()), (
+        f"{stem}: quantizable nodes were left in float: {floats}"
+    )
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     prod = _producers(model)
     ops = {n.op_type for n in model.graph.node}

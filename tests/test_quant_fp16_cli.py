@@ -33,5 +33,7 @@ def test_fp16_compile(stem: str, tmp_path: Path) -> None:
             for d in init.dims:
                 n *= d
             sizes[init.data_type] += n
-    assert sizes[onnx.TensorProto.FLOAT16] >= 0.9 * (sizes[onnx.TensorProto.FLOAT16] + sizes[onnx.TensorProto.FLOAT])
+    assert sizes[onnx.TensorProto.FLOAT16] >= 0.9 * (
+        sizes[onnx.TensorProto.FLOAT16] + sizes[onnx.TensorProto.FLOAT]
+    )
     assert [i.type.tensor_type.elem_type for i in model.graph.input] == [onnx.TensorProto.FLOAT]
