@@ -3,7 +3,8 @@
 Each entry names a format, its suffixes, a sniffing function over the first
 bytes of the file and a lazily imported ``"module:function"`` loader with the
 signature ``load(path, *, input_shapes=None) -> Graph``. ONNX and MegEngine are
-registered here (CANN ``.om`` too); other frontends register through :func:`register_frontend`.
+registered here (CANN ``.om`` and MNN ``.mnn`` too); other frontends register
+through :func:`register_frontend`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,14 @@ def _sniff_om(head: bytes) -> bool:
 
 
 register_frontend(Frontend("cann", (".om",), _sniff_om, "frontends.cann.loader:load_om"))
+
+
+def _sniff_mnn(head: bytes) -> bool:
+    # An .mnn file is a bare FlatBuffer (no identifier): claimed by its suffix only.
+    return False
+
+
+register_frontend(Frontend("mnn", (".mnn",), _sniff_mnn, "frontends.mnn.loader:load_mnn"))
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
