@@ -94,8 +94,10 @@ def test_default_pipeline_matches_megengine(stem: str) -> None:
     assert op_counts(graph)["BatchNormalization"] == 0
 
 
-@pytest.mark.parametrize("stem", [s for s in WITH_EXPECTED if s not in INT8])
+@pytest.mark.parametrize("stem", WITH_EXPECTED)
 def test_mnn_runtime_matches_megengine(stem: str, tmp_path: Path) -> None:
+    """Float fixtures to FLOAT_ATOL; int8 fixtures (QDQ -> MNN FloatToInt8/Int8ToFloat) within one
+    output quantization step (MNN may round a tie differently)."""
     from compiler.runners import run_artifact
 
     x = np.load(MGE / f"{stem}.input.npy")
@@ -114,7 +116,8 @@ def test_mnn_runtime_matches_megengine(stem: str, tmp_path: Path) -> None:
         == 0
     )
     got = run_artifact(tmp_path / "o" / "model.mnn", {"data": x})
-    assert_close(got["logits"], np.load(MGE / f"{stem}.expected.npy"), rtol=0.0, atol=FLOAT_ATOL, what=stem)
+    atol = output_step(load_mge(MGE / f"{stem}.mge")) * 1.001 if stem in INT8 else FLOAT_ATOL
+    assert_close(got["logits"], np.load(MGE / f"{stem}.expected.npy"), rtol=0.0, atol=atol, what=stem)
 
 
 # ---------------------------------------------------------------- fixtures without MegEngine outputs

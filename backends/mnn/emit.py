@@ -42,4 +42,8 @@ def emit_mnn(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artif
             "--emit mnn: use --mnn-weights fp16 instead of --quantize fp16 (MNN computes in fp32)"
         )
     write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, _plan_feeds(graph, options, mnn))
-    return [Artifact(kind="mnn", target="mnn", path=MODEL_FILE, precision=mnn.precision)]
+    # Full int8 (--quantize int8): QDQ regions are written as MNN int8 casts (backends.mnn.lower.quant),
+    # so the artifact is judged with the int8 tolerance, like the QDQ ONNX model.
+    full_int8 = options.quant is not None and options.quant.mode == "int8"
+    precision = "int8" if full_int8 else mnn.precision
+    return [Artifact(kind="mnn", target="mnn", path=MODEL_FILE, precision=precision)]

@@ -16,6 +16,7 @@ import numpy as np
 
 from backends.mnn.external import side_file
 from backends.mnn.lower.graph import check_supported, lower_graph
+from backends.mnn.lower.quant import fold_weight_dequant
 from backends.mnn.options import MnnOptions
 from backends.mnn.precision import WeightPlan, plan_weights
 from backends.mnn.serializer import serialize
@@ -40,6 +41,7 @@ def mnn_bytes(
     gives the per-node weight storage directly (node id -> storage) and skips the plan, e.g.
     to re-write a model read from an ``.mnn`` with the storage it had.
     """
+    graph = fold_weight_dequant(graph)
     check_supported(graph, options, source)
     if storage is None:
         plan = WeightPlan()

@@ -82,6 +82,7 @@ class LowerContext:
         self.graph = graph
         self.options = options
         self.plan = dict(plan or {})
+        self.int8_form = False  # QDQ pairs as tensor quantInfo only (backends.mnn.lower.quant)
         self.external = ExternalData() if options.external else None
         self.net = MnnNet(biz_code=options.biz_code)
         reserved = [nm for n in graph.nodes() for nm in n.output_names] + list(graph.output_names)

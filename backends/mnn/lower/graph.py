@@ -20,6 +20,7 @@ from backends.mnn.external import ExternalData
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext, mnn_dtype
 from backends.mnn.lower.linear import reshape_table
+from backends.mnn.lower.quant import finish_int8, fold_weight_dequant, int8_convs, integer_form
 from backends.mnn.lower.table import LOWERINGS
 from backends.mnn.model import MnnNet, Table
 from backends.mnn.options import MnnOptions
@@ -36,6 +37,7 @@ _SKIP = ("Input", "Constant")
 
 def unsupported_ops(graph: Graph, options: MnnOptions | None = None) -> dict[str, list[str]]:
     """``{op (reason): [node names]}`` for every node the MNN writer cannot write."""
+    graph = fold_weight_dequant(graph)
     ctx = LowerContext(graph, options or MnnOptions())
     bad: dict[str, list[str]] = {}
     for v in graph.inputs:
@@ -69,8 +71,14 @@ def lower_graph(
 
     ``plan`` overrides the weight storage of single nodes (by node id).
     """
+    graph = fold_weight_dequant(graph)
     check_supported(graph, options, source)
+    int8_form = integer_form(graph)
+    if int8_form:
+        # MNN's int8 convs: symmetric int8 IDST weights (scaleIn/scaleOut added by finish_int8)
+        plan = {**dict(plan or {}), **{n.id: WeightStorage("int8") for n in int8_convs(graph)}}
     ctx = LowerContext(graph, options, plan)
+    ctx.int8_form = int8_form
     for v in graph.inputs:
         idx = ctx.define(v, Format.NCHW)
         dtype = mnn_dtype(v.type.dtype)
@@ -86,6 +94,8 @@ def lower_graph(
         LOWERINGS[node.qualified_op].lower(ctx, node)
     outputs = _finish_outputs(ctx)
     net = ctx.finish()
+    if int8_form:
+        log.info("MNN: %d int8 convolutions", finish_int8(net))
     net.output_names = outputs
     log.info("MNN: %d ops, %d tensors", len(net.ops), len(net.tensor_names))
     return net, ctx.external

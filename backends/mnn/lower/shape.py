@@ -13,8 +13,10 @@ from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext, mnn_dtype
 from backends.mnn.lower.elementwise import shared_format
 from backends.mnn.lower.linear import reshape_table
+from backends.mnn.lower.quant import emit_int8_to_float, from_quantize
 from backends.mnn.lower.registry import Lowering, require_static
 from backends.mnn.model import Table
+from backends.mnn.schema import fb
 from compiler.ir.graph import Node
 from compiler.ir.types import DType
 from compiler.ops.shapes import normalize_axis
@@ -91,6 +93,10 @@ def _lower_cast(ctx: LowerContext, node: Node) -> None:
     src, dst = mnn_dtype(x_value.type.dtype), mnn_dtype(value.type.dtype)
     if src == dst and not (value.type.dtype == DType.BOOL) ^ (x_value.type.dtype == DType.BOOL):
         ctx.alias(value, x_value)
+        return
+    if dst == fb.DataType.DT_FLOAT and from_quantize(ctx, node):
+        # the int8 tensor of an MNN FloatToInt8 (packed int8): widen it with Int8ToFloat
+        emit_int8_to_float(ctx, node, 1.0, 0)
         return
     fmt = ctx.format_of(x_value)
     x = ctx.tensor(x_value, fmt)
