@@ -297,7 +297,7 @@ def finish_int8(net: MnnNet) -> int:
     """Integer form, after lowering: quantInfo through layout copies, and scaleIn/scaleOut on convs.
 
     A Convolution whose input and output tensors both carry quantInfo and whose weights are
-    IDST int8 gets ``scaleIn``/``scaleOut`` and the ``symmetricQuan`` metadata that mnnquant
+    IDST int8 gets ``scaleIn``/``scaleOut`` and the ``symmetricQuan`` metadata that MNN's quantization tool
     writes (NOTES §2). Returns the number of such convs.
     """
     quant = net.tensor_quant

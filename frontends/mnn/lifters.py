@@ -1,0 +1,395 @@
+"""Lifters: one function per MNN op type, turning an MNN op into Kiln IR nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from backends.mnn.generated import MNN_generated as M
+from backends.mnn.idst import decode
+from backends.mnn.weights import QuantizedWeights, dequantize_weights
+from compiler.ir.types import DType, TensorType
+from frontends.mnn.reader import DTYPES, MnnReadError, Reader, ints, lifter, op_name, param
+
+__all__: list[str] = []
+
+
+@lifter("Input")
+def _input(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.Input)
+    dims = [1 if d < 0 else d for d in ints(p.DimsAsNumpy())] if p.DimsLength() else []
+    name = r.tname(outs[0])
+    if name in r.input_shapes:
+        dims = [int(d) for d in r.input_shapes[name]]
+    dt = DTYPES.get(p.Dtype(), np.float32)
+    r.set(outs[0], r.g.add_input(name, TensorType(DType.from_numpy(np.dtype(dt)), tuple(dims))))
+
+
+@lifter("Const")
+def _const(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    b = param(op, M.Blob)
+    dims = ints(b.DimsAsNumpy()) if b.DimsLength() else []
+    dt = b.DataType()
+    np_dt = DTYPES.get(dt)
+    if np_dt is None:
+        raise MnnReadError(f"Const {op_name(op)!r} has unsupported data type {dt}")
+    if b.ExternalLength():
+        (arr,) = r.external(op, b.ExternalAsNumpy(), [np_dt])
+    else:
+        field = {
+            np.float32: "Float32s",
+            np.int32: "Int32s",
+            np.int64: "Int64s",
+            np.int8: "Int8s",
+            np.uint8: "Uint8s",
+        }[np_dt]
+        arr = (
+            np.asarray(getattr(b, field + "AsNumpy")(), np_dt)
+            if getattr(b, field + "Length")()
+            else np.zeros(0, np_dt)
+        )
+    count = int(np.prod(dims)) if dims else 1
+    if arr.size != count:
+        raise MnnReadError(f"Const {op_name(op)!r}: {arr.size} values for dims {dims}")
+    r.consts[outs[0]] = arr.reshape(dims)
+
+
+@lifter("ConvertTensor")
+def _convert(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    r.set(outs[0], r.value(ins[0]))
+
+
+def _conv_weights(r: Reader, op: Any, p: Any, oc: int) -> tuple[np.ndarray, np.ndarray]:
+    q = p.QuanParameter()
+    ext = p.ExternalAsNumpy() if p.ExternalLength() else None
+    if q is None or q.Type() == 8:
+        if ext is not None:
+            w, b = r.external(op, ext, [np.float32, np.float32])
+        else:
+            w = np.asarray(p.WeightAsNumpy(), np.float32) if p.WeightLength() else np.zeros(0, np.float32)
+            b = np.asarray(p.BiasAsNumpy(), np.float32) if p.BiasLength() else np.zeros(0, np.float32)
+        return w, b
+    fp16_alpha = q.ScaleStorage() == 1
+    if ext is not None:
+        buf, alpha, b = r.external(op, ext, [np.int8, np.float16 if fp16_alpha else np.float32, np.float32])
+        alpha = alpha.astype(np.float32)
+    else:
+        buf = q.BufferAsNumpy() if q.BufferLength() else np.zeros(0, np.int8)
+        if fp16_alpha:
+            alpha = (
+                np.asarray(q.AlphaFp16AsNumpy(), np.uint16).view(np.float16).astype(np.float32)
+                if q.AlphaFp16Length()
+                else np.zeros(0, np.float32)
+            )
+        else:
+            alpha = np.asarray(q.AlphaAsNumpy(), np.float32) if q.AlphaLength() else np.zeros(0, np.float32)
+        b = np.asarray(p.BiasAsNumpy(), np.float32) if p.BiasLength() else np.zeros(0, np.float32)
+    t = q.Type()
+    buf = np.asarray(buf, np.int8)
+    if t == 3:
+        return buf.view(np.uint8).view(np.float16).astype(np.float32), b
+    if t == 1:
+        qi = decode(buf, bool(q.ShapeInt32())).reshape(oc, -1)
+    elif t == 4:
+        qi = buf.astype(np.int32).reshape(oc, -1)
+    else:
+        raise MnnReadError(f"op {op_name(op)!r}: IDSTQuan type {t} is not supported")
+    asym = q.ReadType() != 0
+    bits = int(q.AMaxOrBits()) or 8
+    groups = alpha.size // (2 if asym else 1)
+    if groups == 0 or qi.size % groups or groups % oc:
+        raise MnnReadError(f"op {op_name(op)!r}: {alpha.size} scales for {oc} output channels")
+    if q.QuantScale() not in (0.0, 1.0):
+        alpha = alpha * np.float32(q.QuantScale())
+    qw = QuantizedWeights(qi.astype(np.int32), alpha.astype(np.float32), bits, asym, groups)
+    return dequantize_weights(qw).reshape(-1), b
+
+
+@lifter("Convolution", "ConvolutionDepthwise")
+def _conv(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.Convolution2D)
+    c = p.Common()
+    if c is None:
+        raise MnnReadError(f"conv {op_name(op)!r} has no common parameters")
+    x = r.value(ins[0])
+    shape = x.type.shape
+    ic = int(shape[1]) if shape is not None and len(shape) == 4 else c.InputCount()
+    oc = c.OutputCount()
+    group = c.Group() or 1
+    if op.Type() == M.OpType.ConvolutionDepthwise:
+        group = ic
+    kh, kw = c.KernelY(), c.KernelX()
+    w, b = _conv_weights(r, op, p, oc)
+    if w.size != oc * (ic // group) * kh * kw:
+        raise MnnReadError(f"conv {op_name(op)!r}: {w.size} weights for [{oc}, {ic // group}, {kh}, {kw}]")
+    if b.size == 0:
+        b = np.zeros(oc, np.float32)
+    if b.size != oc:
+        raise MnnReadError(f"conv {op_name(op)!r}: {b.size} biases for {oc} output channels")
+    attrs: dict[str, Any] = {
+        "group": group,
+        "kernel_shape": (kh, kw),
+        "strides": (c.StrideY(), c.StrideX()),
+        "dilations": (c.DilateY(), c.DilateX()),
+    }
+    mode = c.PadMode()
+    if mode == M.PadMode.SAME:
+        attrs["auto_pad"] = "SAME_UPPER"
+    elif mode == M.PadMode.VALID:
+        attrs["pads"] = (0, 0, 0, 0)
+    elif c.PadsLength() == 4:
+        t, left, bottom, right = ints(c.PadsAsNumpy())
+        attrs["pads"] = (t, left, bottom, right)
+    else:
+        attrs["pads"] = (c.PadY(), c.PadX(), c.PadY(), c.PadX())
+    attrs["activation"] = "relu6" if c.Relu6() else ("relu" if c.Relu() else "none")
+    wv = r.g.add_constant(w.reshape(oc, ic // group, kh, kw), f"{op_name(op)}_weight")
+    bv = r.g.add_constant(b, f"{op_name(op)}_bias")
+    r.node("FusedConv", [x, wv, bv], attrs, op, outs[0], domain="kiln")
+
+
+@lifter("ReLU")
+def _relu(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    tab = op.Main()
+    slope = param(op, M.Relu).Slope() if tab is not None else 0.0
+    if slope:
+        r.node("LeakyRelu", [r.value(ins[0])], {"alpha": float(slope)}, op, outs[0])
+    else:
+        r.node("Relu", [r.value(ins[0])], None, op, outs[0])
+
+
+@lifter("ReLU6")
+def _relu6(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    lo, hi = 0.0, 6.0
+    if op.Main() is not None:
+        p = param(op, M.Relu6)
+        lo, hi = float(p.MinValue()), float(p.MaxValue())
+    if (lo, hi) == (0.0, 6.0):
+        r.node("Relu6", [r.value(ins[0])], None, op, outs[0], domain="kiln")
+        return
+    x = r.value(ins[0])
+    bounds = [
+        r.g.add_constant(np.array(v, np.float32), f"{op_name(op)}_{k}") for k, v in (("min", lo), ("max", hi))
+    ]
+    r.node("Clip", [x, *bounds], None, op, outs[0])
+
+
+_ELTWISE = {
+    M.EltwiseType.SUM: "Add",
+    M.EltwiseType.PROD: "Mul",
+    M.EltwiseType.MAXIMUM: "Max",
+    M.EltwiseType.SUB: "Sub",
+}
+
+
+@lifter("Eltwise")
+def _eltwise(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.Eltwise)
+    kind = _ELTWISE.get(p.Type())
+    if kind is None or len(ins) < 2:
+        raise MnnReadError(f"Eltwise {op_name(op)!r}: unsupported type {p.Type()} or arity {len(ins)}")
+    if p.CoeffLength() and any(float(c) != 1.0 for c in p.CoeffAsNumpy()):
+        raise MnnReadError(f"Eltwise {op_name(op)!r}: coefficients are not supported")
+    acc = r.value(ins[0])
+    for k, i in enumerate(ins[1:], 1):
+        if k == len(ins) - 1:
+            r.node(kind, [acc, r.value(i)], None, op, outs[0])
+        else:
+            acc = r.g.value(r.g.add_node(kind, [acc, r.value(i)], name=f"{op_name(op)}_{k}"))
+
+
+@lifter("Concat")
+def _concat(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    axis = param(op, M.Axis).Axis() if op.Main() is not None else 0
+    r.node("Concat", [r.value(i) for i in ins], {"axis": axis}, op, outs[0])
+
+
+@lifter("Softmax")
+def _softmax(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    axis = param(op, M.Axis).Axis() if op.Main() is not None else 1
+    r.node("Softmax", [r.value(ins[0])], {"axis": axis}, op, outs[0])
+
+
+@lifter("Permute")
+def _permute(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.Permute)
+    r.node("Transpose", [r.value(ins[0])], {"perm": tuple(ints(p.DimsAsNumpy()))}, op, outs[0])
+
+
+@lifter("Reshape")
+def _reshape(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    if len(ins) >= 2:
+        shape = np.asarray(r.const(ins[1]), np.int64).reshape(-1)
+    else:
+        p = param(op, M.Reshape)
+        shape = np.asarray(ints(p.DimsAsNumpy()) if p.DimsLength() else [], np.int64)
+    sv = r.g.add_constant(shape, f"{op_name(op)}_shape")
+    r.node("Reshape", [r.value(ins[0]), sv], None, op, outs[0])
+
+
+_BINARY = {
+    M.BinaryOpOperation.ADD: "Add",
+    M.BinaryOpOperation.SUB: "Sub",
+    M.BinaryOpOperation.MUL: "Mul",
+    M.BinaryOpOperation.DIV: "Div",
+    M.BinaryOpOperation.REALDIV: "Div",
+    M.BinaryOpOperation.POW: "Pow",
+    M.BinaryOpOperation.MAXIMUM: "Max",
+    M.BinaryOpOperation.MINIMUM: "Min",
+}
+
+
+@lifter("BinaryOp")
+def _binary(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.BinaryOp)
+    kind = _BINARY.get(p.OpType())
+    if kind is None or len(ins) != 2:
+        raise MnnReadError(
+            f"BinaryOp {op_name(op)!r}: unsupported operation {p.OpType()} or arity {len(ins)}"
+        )
+    a, b = r.value(ins[0]), r.value(ins[1])
+    if p.ActivationType() == 1:
+        y = r.g.value(r.g.add_node(kind, [a, b], name=f"{op_name(op)}__pre_relu"))
+        r.node("Relu", [y], None, op, outs[0])
+    elif p.ActivationType() == 0:
+        r.node(kind, [a, b], None, op, outs[0])
+    else:
+        raise MnnReadError(f"BinaryOp {op_name(op)!r}: unsupported activationType {p.ActivationType()}")
+
+
+_UNARY = {
+    M.UnaryOpOperation.ABS: "Abs",
+    M.UnaryOpOperation.NEG: "Neg",
+    M.UnaryOpOperation.FLOOR: "Floor",
+    M.UnaryOpOperation.CEIL: "Ceil",
+    M.UnaryOpOperation.SQRT: "Sqrt",
+    M.UnaryOpOperation.EXP: "Exp",
+    M.UnaryOpOperation.LOG: "Log",
+    M.UnaryOpOperation.RECIPROCAL: "Reciprocal",
+    M.UnaryOpOperation.ERF: "Erf",
+    M.UnaryOpOperation.SIGMOID: "Sigmoid",
+    M.UnaryOpOperation.TANH: "Tanh",
+    M.UnaryOpOperation.HARDSWISH: "HardSwish",
+}
+
+
+@lifter("UnaryOp")
+def _unary(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.UnaryOp)
+    kind = _UNARY.get(p.OpType())
+    if kind is None:
+        raise MnnReadError(f"UnaryOp {op_name(op)!r}: unsupported operation {p.OpType()}")
+    r.node(kind, [r.value(ins[0])], None, op, outs[0])
+
+
+@lifter("Sigmoid")
+def _sigmoid(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    r.node("Sigmoid", [r.value(ins[0])], None, op, outs[0])
+
+
+@lifter("Pooling")
+def _pool(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.Pool)
+    x = r.value(ins[0])
+    kind = {M.PoolType.MAXPOOL: "Max", M.PoolType.AVEPOOL: "Average"}.get(p.Type())
+    if kind is None:
+        raise MnnReadError(f"Pooling {op_name(op)!r}: unsupported pool type {p.Type()}")
+    if p.IsGlobal():
+        r.node(f"Global{kind}Pool", [x], None, op, outs[0])
+        return
+    attrs: dict[str, Any] = {
+        "kernel_shape": (p.KernelY(), p.KernelX()),
+        "strides": (p.StrideY(), p.StrideX()),
+        "ceil_mode": int(bool(p.CeilModel())),
+    }
+    if p.PadType() == M.PoolPadType.SAME:
+        attrs["auto_pad"] = "SAME_UPPER"
+    elif p.PadType() == M.PoolPadType.VALID:
+        attrs["pads"] = (0, 0, 0, 0)
+    elif p.PadsLength() == 4:
+        attrs["pads"] = tuple(ints(p.PadsAsNumpy()))
+    else:
+        attrs["pads"] = (p.PadY(), p.PadX(), p.PadY(), p.PadX())
+    if kind == "Average":
+        attrs["count_include_pad"] = int(p.CountType() == M.AvgPoolCountType.INCLUDE_PADDING)
+    r.node(f"{kind}Pool", [x], attrs, op, outs[0])
+
+
+_CTM = {
+    M.CoordinateTransformationMode.AlignCorners: "align_corners",
+    M.CoordinateTransformationMode.HalfPixels: "half_pixel",
+    M.CoordinateTransformationMode.PytorchHalfPixels: "pytorch_half_pixel",
+    M.CoordinateTransformationMode.Asymmetric: "asymmetric",
+    M.CoordinateTransformationMode.TensorflowHalfPixels: "tf_half_pixel_for_nn",
+}
+
+
+@lifter("Interp")
+def _interp(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.Interp)
+    x = r.value(ins[0])
+    rt = p.ResizeType()
+    attrs: dict[str, Any] = {}
+    if rt in (1, 4):
+        attrs = {"mode": "nearest", "nearest_mode": "floor" if rt == 1 else "round_prefer_floor"}
+    elif rt == 2:
+        attrs = {"mode": "linear"}
+    elif rt == 3:
+        attrs = {"mode": "cubic", "cubic_coeff_a": float(p.CubicCoeffA())}
+    else:
+        raise MnnReadError(f"Interp {op_name(op)!r}: unsupported resizeType {rt}")
+    ctm = _CTM.get(p.Ctm())
+    if ctm is None:
+        ctm = (
+            "align_corners" if p.AlignCorners() else ("half_pixel" if p.HalfPixelCenters() else "asymmetric")
+        )
+    attrs["coordinate_transformation_mode"] = ctm
+    shape = x.type.shape
+    if shape is None or len(shape) != 4:
+        raise MnnReadError(f"Interp {op_name(op)!r}: the input must be 4-D")
+    if len(ins) >= 2:
+        scales = np.asarray(r.const(ins[1]), np.float32).reshape(-1)
+        if scales.size != 4:
+            raise MnnReadError(f"Interp {op_name(op)!r}: expected 4 scales")
+        sv = r.g.add_constant(scales, f"{op_name(op)}_scales")
+        r.node("Resize", [x, None, sv], attrs, op, outs[0])
+        return
+    if p.OutputHeight() > 0 and p.OutputWidth() > 0:
+        sizes = np.asarray([shape[0], shape[1], p.OutputHeight(), p.OutputWidth()], np.int64)
+        zv = r.g.add_constant(sizes, f"{op_name(op)}_sizes")
+        r.node("Resize", [x, None, None, zv], attrs, op, outs[0])
+        return
+    if p.HeightScale() <= 0 or p.WidthScale() <= 0:
+        raise MnnReadError(f"Interp {op_name(op)!r}: no output size and no scale")
+    scales = np.asarray([1.0, 1.0, 1.0 / p.HeightScale(), 1.0 / p.WidthScale()], np.float32)
+    sv = r.g.add_constant(scales, f"{op_name(op)}_scales")
+    r.node("Resize", [x, None, sv], attrs, op, outs[0])
+
+
+@lifter("StridedSlice")
+def _strided_slice(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
+    p = param(op, M.StridedSliceParam)
+    if len(ins) != 4:
+        raise MnnReadError(f"StridedSlice {op_name(op)!r}: expected 4 inputs, got {len(ins)}")
+    if p.EllipsisMask() or p.NewAxisMask() or p.ShrinkAxisMask():
+        raise MnnReadError(f"StridedSlice {op_name(op)!r}: ellipsis/new-axis/shrink masks are not supported")
+    x = r.value(ins[0])
+    begin, end, stride = (ints(r.const(i)) for i in ins[1:])
+    big = np.iinfo(np.int64).max
+    starts, ends = [], []
+    for ax, (b, e, s) in enumerate(zip(begin, end, stride, strict=True)):
+        if p.BeginMask() >> ax & 1:
+            b = 0 if s > 0 else big
+        if p.EndMask() >> ax & 1:
+            e = big if s > 0 else -big
+        starts.append(b)
+        ends.append(e)
+    consts = [
+        r.g.add_constant(np.asarray(v, np.int64), f"{op_name(op)}_{k}")
+        for k, v in (("starts", starts), ("ends", ends), ("axes", list(range(len(begin)))), ("steps", stride))
+    ]
+    r.node("Slice", [x, *consts], None, op, outs[0])
+
+
+# ------------------------------------------------------------------------- entry
