@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,7 @@ class Artifact:
     target: str
     path: str
     precision: str = "fp32"
+    details: dict[str, Any] | None = None  # backend decisions recorded in the manifest
 
 
 Emitter = Callable[["Graph", Path, "CompileOptions"], list[Artifact]]
@@ -51,6 +52,7 @@ _RUNNERS: dict[str, tuple[str, str]] = {
     "mnn": (".mnn", "backends.mnn.runtime:run_mnn"),
     # No Ascend runtime here: Kiln reads the .om back and runs its ONNX export in onnxruntime.
     "cann": (".om", "backends.cann.runtime:run_om"),
+    "tvm": (".so", "backends.tvm.runtime:run_tvm"),
 }
 
 

@@ -45,7 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="optimize a model and write artifacts plus manifest.json")
     comp.add_argument("model", type=Path)
     comp.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
-    comp.add_argument("--emit", default="onnx", help="comma-separated artifact kinds (default: onnx)")
+    comp.add_argument(
+        "--emit", default=None, help="comma-separated artifact kinds (default: onnx, or none with --target)"
+    )
+    comp.add_argument(
+        "--target",
+        default="",
+        metavar="T[,T]",
+        help="TVM targets: cpu (host), x86-avx2, x86-avx512, arm, arm-dotprod, cuda[:sm_XX]; "
+        "writes OUT/<target>/model.so",
+    )
     comp.add_argument(
         "--input-shape",
         action="append",
@@ -74,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("artifact", type=Path)
     run.add_argument("--inputs", type=Path, required=True)
     run.add_argument("-o", "--output", type=Path, required=True, metavar="Y.npz")
+
+    bench = sub.add_parser("bench", help="time an artifact (median latency), optionally against onnxruntime")
+    bench.add_argument("artifact", type=Path)
+    bench.add_argument("--threads", type=int, default=1, help="worker threads for both engines")
+    bench.add_argument("--inputs", type=Path, help=".npz of named inputs (default: random normal)")
+    bench.add_argument("--vs", type=Path, metavar="MODEL.onnx", help="also time onnxruntime, interleaved")
+    bench.add_argument("--rounds", type=int, default=30, help="timed rounds (median reported)")
+    bench.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
@@ -261,12 +278,19 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from compiler.options import CompileOptions
     from compiler.verification import format_table
 
-    emit = tuple(k.strip() for k in args.emit.split(",") if k.strip())
+    targets = tuple(t.strip() for t in args.target.split(",") if t.strip())
+    emit_text = args.emit if args.emit is not None else ("" if targets else "onnx")
+    emit = tuple(k.strip() for k in emit_text.split(",") if k.strip())
     bad = [k for k in emit if k not in emit_kinds()]
-    if not emit or bad:
+    if (not emit and not targets) or bad:
         raise OptionError(
-            f"--emit {args.emit!r}: unknown kind(s) {bad} (choose from {', '.join(emit_kinds())})"
+            f"--emit {emit_text!r}: unknown kind(s) {bad} (choose from {', '.join(emit_kinds())})"
         )
+    if targets:
+        from backends.tvm.target import resolve_target
+
+        for t in targets:
+            resolve_target(t)
     if not args.model.is_file():
         from compiler.errors import ModelFileError
 
@@ -275,6 +299,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         model=args.model,
         out_dir=args.output,
         emit=emit,
+        targets=targets,
         input_shapes=parse_input_shapes(args.input_shape),
         inputs=args.inputs,
         verify=not args.no_verify,
@@ -323,7 +348,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from compiler.bench import bench_artifact
+
+    if not args.artifact.is_file():
+        from compiler.errors import ModelFileError
+
+        raise ModelFileError(f"{args.artifact}: artifact not found")
+    if args.vs is not None and not args.vs.is_file():
+        from compiler.errors import ModelFileError
+
+        raise ModelFileError(f"{args.vs}: --vs model not found")
+    if args.threads < 1 or args.rounds < 1:
+        raise OptionError("--threads and --rounds must be >= 1")
+    feeds = None
+    if args.inputs is not None:
+        from compiler.input_spec import load_inputs
+
+        feeds = load_inputs(args.inputs)
+    report = bench_artifact(args.artifact, feeds, args.threads, args.vs, args.rounds)
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2, sort_keys=True))
+    else:
+        print(report.summary())
+    return 0
+
+
 _COMMANDS = {
+    "bench": _cmd_bench,
     "inspect": _cmd_inspect,
     "compile": _cmd_compile,
     "run": _cmd_run,

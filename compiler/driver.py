@@ -110,6 +110,10 @@ def compile_model(options: CompileOptions) -> CompileResult:
         artifacts: list[Artifact] = []
         for kind in options.emit:
             artifacts.extend(get_emitter(kind)(graph, tmp, options))
+        for target in options.targets:
+            from backends.tvm.emit import emit_tvm
+
+            artifacts.extend(emit_tvm(graph, tmp, options, target))
         if outcome is not None:
             _write_quant_files(outcome, options, tmp)
         checks: list[ArtifactCheck] = []
@@ -141,6 +145,7 @@ def compile_model(options: CompileOptions) -> CompileResult:
                     "path": a.path,
                     "precision": a.precision,
                     "sha256": sha256_file(tmp / a.path),
+                    **({"details": a.details} if a.details else {}),
                 }
                 for a in artifacts
             ],

@@ -22,6 +22,7 @@ class CompileOptions:
     model: Path
     out_dir: Path
     emit: tuple[str, ...] = ("onnx",)
+    targets: tuple[str, ...] = ()  # TVM targets: cpu, x86-avx2, x86-avx512, arm, arm-dotprod, cuda[:sm_XX]
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     inputs: Path | None = None
     verify: bool = True
@@ -46,6 +47,7 @@ class CompileOptions:
         d["inputs"] = self.inputs.name if self.inputs else None
         d["input_shapes"] = {k: list(v) for k, v in sorted(self.input_shapes.items())}
         d["emit"] = list(self.emit)
+        d["targets"] = list(self.targets)
         d["quant"] = self.quant.manifest_view() if self.quant is not None else None
         d["mnn"] = self.mnn.manifest_view() if self.mnn is not None else None
         d["cann"] = self.cann.manifest_view() if self.cann is not None else None

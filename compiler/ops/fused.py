@@ -3,6 +3,12 @@
 * ``kiln::Relu6``: y = min(max(x, 0), 6).
 * ``kiln::FusedConv``: y = act(conv(x, W) + b + z) with an optional residual z.
 
+FusedConv may run in a channel-blocked layout (see ``blocked_layout``): ``layout`` is the
+layout of x, ``out_layout`` that of y and z ("" = same as ``layout``). Blocks may differ,
+e.g. NCHW3c in and NCHW16c out. W stays OIHW in the IR; ``weight_layout`` only records
+the packing the backend applies (e.g. OIHW16i16o). In blocked form
+y = act(pack(conv(unpack(x), W) + b) + z): padded output lanes hold act(0 + z_pad).
+
 Each expands back to standard ONNX ops for export, so onnxruntime can check it.
 """
 
@@ -14,8 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.errors import ConversionError
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.types import TensorType
+from compiler.ops import blocked_layout as bl
 from compiler.ops.conv import ConvAttrs
 from compiler.ops.registry import (
     InferContext,
@@ -164,30 +172,73 @@ register(
 # -------------------------------------------------------------- kiln::FusedConv
 @dataclass(frozen=True)
 class FusedConvAttrs(ConvAttrs):
-    """Conv attributes plus the fused activation and its parameters."""
+    """Conv attributes plus the fused activation, its parameters and the chosen layouts.
+
+    ``layout``: data layout of x; ``out_layout``: of y and the residual ("" = ``layout``);
+    ``weight_layout``: the weight packing the backend applies (W itself stays OIHW).
+    """
 
     activation: str = "none"
     alpha: float = 0.0
     beta: float = 0.0
+    layout: str = bl.NCHW
+    out_layout: str = ""
+    weight_layout: str = bl.OIHW
+
+    @property
+    def output_layout(self) -> str:
+        """The layout of y (and of the residual z)."""
+        return self.out_layout or self.layout
+
+    @property
+    def is_blocked(self) -> bool:
+        """True if x or y is channel-blocked."""
+        return bl.is_blocked(self.layout) or bl.is_blocked(self.output_layout)
 
 
 def _conv_attrs(a: FusedConvAttrs) -> ConvAttrs:
     return ConvAttrs(**{f.name: getattr(a, f.name) for f in dataclasses.fields(ConvAttrs)})
 
 
+def _in_channels(ctx: InferContext, a: FusedConvAttrs) -> int:
+    w = ctx.shape(1)
+    if not isinstance(w[1], int):
+        raise ctx.fail(f"a blocked conv needs static weight dims, got {w}")
+    return int(w[1]) * a.group
+
+
 def _infer_fused(ctx: InferContext) -> list[TensorType]:
     a: FusedConvAttrs = ctx.attrs
     if a.activation != "none" and a.activation not in ACTIVATIONS:
         raise ctx.fail(f"unknown activation {a.activation!r}")
-    sub = dataclasses.replace(ctx, attrs=_conv_attrs(a), types=ctx.types[:3], consts=ctx.consts[:3])
-    out = get_op("Conv").infer(sub)
+    types = ctx.types[:3]
+    try:
+        if a.is_blocked:
+            x = ctx.type(0)
+            nchw = bl.nchw_shape(ctx.shape(0), a.layout, _in_channels(ctx, a))
+            types = [x.with_shape(nchw), *types[1:]]
+        sub = dataclasses.replace(ctx, attrs=_conv_attrs(a), types=types, consts=ctx.consts[:3])
+        out = get_op("Conv").infer(sub)
+        if a.is_blocked:
+            shape = out[0].shape
+            assert shape is not None
+            out = [out[0].with_shape(bl.layout_shape(shape, a.output_layout))]
+    except bl.LayoutError as exc:
+        raise ctx.fail(str(exc)) from None
     if ctx.has(3) and ctx.type(3) != out[0]:
         raise ctx.fail(f"residual {ctx.type(3)} does not match the conv output {out[0]}")
     return out
 
 
 def _fused_ref(ins: list[np.ndarray | None], a: FusedConvAttrs, n: int) -> list[np.ndarray]:
-    y = get_op("Conv").reference(ins[:3], _conv_attrs(a), 1)[0]
+    x, w = ins[0], ins[1]
+    assert x is not None and w is not None
+    if bl.is_blocked(a.layout):
+        x = bl.unpack(x, w.shape[1] * a.group)
+    y = get_op("Conv").reference([x, *ins[1:3]], _conv_attrs(a), 1)[0]
+    ob = bl.block_of(a.output_layout)
+    if ob:
+        y = bl.pack(y, ob)
     if len(ins) > 3 and ins[3] is not None:
         y = y + ins[3]
     if a.activation != "none":
@@ -197,6 +248,11 @@ def _fused_ref(ins: list[np.ndarray | None], a: FusedConvAttrs, n: int) -> list[
 
 def _fused_expand(g: Graph, node: Node) -> list[Value]:
     a: FusedConvAttrs = node.attrs
+    if a.is_blocked:
+        raise ConversionError(
+            f"{node.describe()}: a FusedConv in layout {a.layout} -> {a.output_layout} has no ONNX form; "
+            "only NCHW convs expand to ONNX Conv (run choose-layout only for backends taking blocked layouts)"
+        )
     ins = g.inputs_of(node)
     base = node.name or node.output_names[0]
     y = g.value(g.add_node("Conv", ins[:3], _conv_attrs(a), name=base))

@@ -1,0 +1,258 @@
+"""Kiln's int8 conv2d kernel (kiln::QConv) for x86: u8 x s8 -> int32 -> fused requantize epilogue.
+
+The integer part is exact: ``conv = sum x_q * w_q`` over (in-chunk, kh, kw, 4-channel group, p) in int32,
+zero-point folded into the packed bias (see :mod:`backends.tvm.kernels.qconv_spec` for the math and layouts).
+Three dot paths, picked by ``target.int8_dot``:
+
+* ``vnni``: ``vpdpbusd`` (AVX-512 VNNI) over each (4-channel group, output block), manual tensorize;
+* ``avx2``: zero-extended u8 and sign-extended s8 to int16, ``pmaddwd`` into two int32 partial sums per
+  output channel (``conv[..., ob, 2]``), summed in the epilogue; exact for all u8/s8 values;
+* anything else: plain int32 math vectorized over the output block.
+
+Depthwise convs use plain int32 math vectorized over the channel block on every target (memory bound).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from backends.tvm.kernels.epilogue import activation_expr
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled
+from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec
+
+if TYPE_CHECKING:
+    from backends.tvm.target import TargetSpec
+
+__all__ = ["qconv2d_kernel", "dot_kind", "qconv2d_name"]
+
+
+def dot_kind(spec: QConv2dSpec, target: TargetSpec) -> str:
+    """The dot path the kernel uses: "vnni", "avx2", "plain" or "depthwise"."""
+    if spec.is_depthwise:
+        return "depthwise"
+    x86 = target.is_cpu and not target.is_arm
+    if x86 and target.int8_dot == "vnni" and spec.out_block % 4 == 0:
+        return "vnni"
+    if x86 and target.int8_dot in ("vnni", "avx2") and spec.out_block % 4 == 0:
+        return "avx2"
+    return "plain"
+
+
+def qconv2d_name(spec: QConv2dSpec, target: TargetSpec) -> str:
+    """Deterministic symbol name: shape summary, dot path and spec hash."""
+    kh, kw = spec.kernel
+    kind = "dw" if spec.is_depthwise else "conv"
+    return f"kiln_qconv2d_{kind}{kh}x{kw}s{spec.strides[0]}_{dot_kind(spec, target)}_{spec.key()}"
+
+
+def _fence(x: Any) -> Any:
+    """``x`` behind ``llvm.arithmetic.fence``: rounded on its own, never fused into a neighbouring FMA."""
+    from tvm import tirx
+
+    return tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", x)
+
+
+def _activation(x: Any, spec: QConv2dSpec) -> Any:
+    """ONNX activation math; hard_sigmoid/hard_swish fence ``alpha*x`` so it rounds before ``+ beta``."""
+    from tvm import te, tirx
+
+    def f32(v: float) -> Any:
+        return tirx.const(float(v), "float32")
+
+    if spec.activation in ("hard_sigmoid", "hard_swish"):
+        alpha, beta = (spec.alpha, spec.beta) if spec.activation == "hard_sigmoid" else (1.0 / 6.0, 0.5)
+        gate = te.max(f32(0.0), te.min(f32(1.0), _fence(x * f32(alpha)) + f32(beta)))
+        return gate if spec.activation == "hard_sigmoid" else x * gate
+    return activation_expr(x, spec.activation, spec.alpha, spec.beta)
+
+
+def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
+    """TE tensors (args in PrimFunc order) and the conv stage."""
+    from tvm import te, tirx
+
+    n_, icc_, ih_, iw_, ib = spec.data_shape
+    occ_, ob = spec.out_chunks, spec.out_block
+    kh_, kw_ = spec.kernel
+    sh, sw = spec.strides
+    dh, dw = spec.dilations
+    pt, pl, pb, pr = spec.pads
+    data = te.placeholder(spec.data_shape, spec.in_dtype, name="data")
+    weight = te.placeholder(spec.weight_shape, "int8", name="weight")
+    bias = te.placeholder((occ_, ob), "int32", name="bias")
+    mult = te.placeholder((occ_, ob), "float32", name="multiplier")
+    res = te.placeholder(spec.out_shape, spec.r_dtype, name="residual") if spec.residual else None
+
+    if any(spec.pads):
+        zero = tirx.const(spec.x_zero, spec.in_dtype)
+
+        def pad_body(n: Any, c: Any, h: Any, w: Any, b: Any) -> Any:
+            inside = tirx.all(h >= pt, h < pt + ih_, w >= pl, w < pl + iw_)
+            return tirx.if_then_else(inside, data[n, c, h - pt, w - pl, b], zero)
+
+        padded = te.compute((n_, icc_, ih_ + pt + pb, iw_ + pl + pr, ib), pad_body, name="pad")
+    else:
+        padded = data
+
+    rkh = te.reduce_axis((0, kh_), name="kh")
+    rkw = te.reduce_axis((0, kw_), name="kw")
+    out_hw = (spec.out_h, spec.out_w)
+    if kind == "depthwise":
+        conv = te.compute(
+            (n_, occ_, *out_hw, ob),
+            lambda n, c, oh, ow, b: te.sum(
+                padded[n, c, oh * sh + rkh * dh, ow * sw + rkw * dw, b].astype("int32")
+                * weight[c, rkh, rkw, b].astype("int32"),
+                axis=[rkh, rkw],
+            ),
+            name="conv",
+        )
+    elif kind == "avx2":
+        # j = 2*bo + h: two int32 partial sums per output channel (channel pairs 2h, 2h+1 of each group)
+        ric = te.reduce_axis((0, icc_), name="icc")
+        rg = te.reduce_axis((0, ib // 4), name="g")
+        rp = te.reduce_axis((0, 2), name="p")
+        conv = te.compute(
+            (n_, occ_, *out_hw, 2 * ob),
+            lambda n, oc, oh, ow, j: te.sum(
+                padded[n, ric, oh * sh + rkh * dh, ow * sw + rkw * dw, rg * 4 + (j % 2) * 2 + rp].astype(
+                    "int32"
+                )
+                * weight[oc, ric, rkh, rkw, rg, j // 2, (j % 2) * 2 + rp].astype("int32"),
+                axis=[ric, rkh, rkw, rg, rp],
+            ),
+            name="conv",
+        )
+    else:
+        ric = te.reduce_axis((0, icc_), name="icc")
+        rg = te.reduce_axis((0, ib // 4), name="g")
+        rp = te.reduce_axis((0, 4), name="p")
+        conv = te.compute(
+            (n_, occ_, *out_hw, ob),
+            lambda n, oc, oh, ow, bo: te.sum(
+                padded[n, ric, oh * sh + rkh * dh, ow * sw + rkw * dw, rg * 4 + rp].astype("int32")
+                * weight[oc, ric, rkh, rkw, rg, bo, rp].astype("int32"),
+                axis=[ric, rkh, rkw, rg, rp],
+            ),
+            name="conv",
+        )
+
+    def f32(v: float) -> Any:
+        return tirx.const(float(v), "float32")
+
+    def epi_body(n: Any, oc: Any, oh: Any, ow: Any, bo: Any) -> Any:
+        if kind == "avx2":
+            acc = conv[n, oc, oh, ow, bo * 2] + conv[n, oc, oh, ow, bo * 2 + 1]
+        else:
+            acc = conv[n, oc, oh, ow, bo]
+        real = (acc + bias[oc, bo]).astype("float32") * mult[oc, bo]
+        if res is not None:
+            r = res[n, oc, oh, ow, bo].astype("int32") - tirx.const(spec.r_zero, "int32")
+            # fences keep LLVM from contracting a*b + c*d into an FMA (the reference rounds each product)
+            real = _fence(real) + _fence(r.astype("float32") * f32(spec.r_scale))
+        real = _activation(real, spec)
+        if spec.out_dtype == "float32":
+            return real
+        qmin, qmax = QUANT_RANGES[spec.out_dtype]
+        q = tirx.nearbyint(real / f32(spec.y_scale)) + f32(spec.y_zero)
+        return te.max(te.min(q, f32(qmax)), f32(qmin)).astype(spec.out_dtype)
+
+    out = te.compute(spec.out_shape, epi_body, name="epilogue")
+    args = [data, weight, bias, mult, *([res] if res is not None else []), out]
+    return args, conv
+
+
+def _tile(spec: QConv2dSpec, kind: str) -> tuple[int, int]:
+    """Register tile ``(ow_inner, oc_chunks_inner)``; accumulators = ow_inner * oc_inner * vectors/block."""
+    vec_bytes = 64 if kind == "vnni" else 32
+    regs_per_block = max(1, (spec.out_block * 4 * (2 if kind == "avx2" else 1)) // vec_bytes)
+    budget = {"vnni": 24, "avx2": 12}.get(kind, 8)
+    oc_in = 2 if spec.out_chunks % 2 == 0 and 2 * regs_per_block * 2 <= budget else 1
+    ow_max = max(1, budget // (oc_in * regs_per_block))
+    ow = spec.out_w
+    divisors = [d for d in range(1, min(ow, ow_max) + 1) if ow % d == 0]
+    best = max(divisors)
+    if best * 2 <= min(ow, ow_max):  # poor divisor: use a predicated split
+        best = min(ow, ow_max)
+    return best, oc_in
+
+
+def _schedule_pad(sch: Any) -> None:
+    pad = sch.get_sblock("pad")
+    n, c, h, w, b = sch.get_loops(pad)
+    sch.parallel(sch.fuse(n, c, h))
+    sch.vectorize(b)
+
+
+def _schedule_general(sch: Any, spec: QConv2dSpec, kind: str) -> None:
+    from backends.tvm.kernels.x86_int8_dot import manual_tensorize
+
+    conv = sch.get_sblock("conv")
+    epi = sch.get_sblock("epilogue")
+    ow_t, oc_t = _tile(spec, kind)
+    loops = sch.get_loops(conv)
+    if kind == "avx2":
+        n, oc, oh, ow, j, icc, kh, kw, g, p = loops
+        bo, h = sch.split(j, [None, 2])
+    else:
+        n, oc, oh, ow, bo, icc, kh, kw, g, p = loops
+        h = None
+    oco, oci = sch.split(oc, [None, oc_t])
+    owo, owi = sch.split(ow, [None, ow_t])
+    if kind == "avx2":
+        sch.reorder(n, oco, oh, owo, icc, kh, kw, g, oci, owi, bo, h, p)
+    elif kind == "vnni":
+        sch.reorder(n, oco, oh, owo, icc, kh, kw, g, oci, owi, bo, p)
+    else:
+        sch.reorder(n, oco, oh, owo, icc, kh, kw, g, oci, owi, p, bo)
+    sch.parallel(sch.fuse(n, oco, oh))
+    sch.reverse_compute_at(epi, owo)
+    sch.set_scope(conv, 0, "local")
+    sch.unroll(oci)
+    sch.unroll(owi)
+    if kind == "plain":
+        sch.unroll(p)
+        sch.vectorize(bo)
+    init = sch.decompose_reduction(conv, icc)
+    sch.vectorize(sch.get_loops(init)[-1])
+    e_loops = sch.get_loops(epi)
+    sch.vectorize(e_loops[-1])
+    if kind in ("vnni", "avx2"):
+        dot = sch.blockize(bo)
+        manual_tensorize(sch, dot, "pad" if any(spec.pads) else "data", "weight", kind, spec.out_block)
+
+
+def _schedule_depthwise(sch: Any, spec: QConv2dSpec) -> None:
+    conv = sch.get_sblock("conv")
+    epi = sch.get_sblock("epilogue")
+    n, c, oh, ow, b, kh, kw = sch.get_loops(conv)
+    ow_t = next(d for d in (8, 7, 6, 5, 4, 3, 2, 1) if spec.out_w % d == 0)
+    owo, owi = sch.split(ow, [None, ow_t])
+    sch.reorder(n, c, oh, owo, kh, kw, owi, b)
+    sch.parallel(sch.fuse(n, c, oh))
+    sch.reverse_compute_at(epi, owo)
+    sch.set_scope(conv, 0, "local")
+    sch.unroll(owi)
+    sch.vectorize(b)
+    init = sch.decompose_reduction(conv, kh)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(epi)[-1])
+
+
+def qconv2d_kernel(spec: QConv2dSpec, target: TargetSpec) -> Kernel:
+    """The scheduled int8 conv2d kernel for ``spec`` on ``target`` (see the module docstring)."""
+    from tvm import s_tir, te
+
+    spec.validate()
+    kind = dot_kind(spec, target)
+    args, _ = _compute(spec, kind)
+    func = te.create_prim_func(args)
+    sch = s_tir.Schedule(func)
+    if any(spec.pads):
+        _schedule_pad(sch)
+    if kind == "depthwise":
+        _schedule_depthwise(sch, spec)
+    else:
+        _schedule_general(sch, spec, kind)
+    name = qconv2d_name(spec, target)
+    scheduled = mark_scheduled(sch.mod["main"].with_attr("global_symbol", name), f"qconv2d_{kind}")
+    return Kernel(name=name, func=scheduled, out_shape=spec.out_shape, out_dtype=spec.out_dtype)

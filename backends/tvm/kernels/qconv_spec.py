@@ -1,0 +1,230 @@
+"""The int8 conv2d kernel spec (kiln::QConv) for blocked NCHW[b]c layouts, and its constant packing.
+
+Math (integers exact; float32 epilogue):
+
+* ``acc[n,oc,oh,ow] = sum_{ic,kh,kw} (x_q - x_zero) * w_q + bias_q[oc]`` in int32, computed as
+  ``sum x_q * w_q + (bias_q[oc] - x_zero * sum(w_q[oc]))`` (the second term is :func:`pack_qbias`);
+* ``real = float32(acc) * m[oc]`` with ``m[oc] = float32(float64(x_scale) * float64(w_scale[oc]))``;
+* with a residual: ``real = real + float32(r_q - r_zero) * float32(r_scale)``;
+* ``real = act(real)`` (ONNX activation math, float32);
+* integer outputs: ``y_q = clamp(round_half_even(real / y_scale) + y_zero, qmin, qmax)``;
+  float32 output: ``real``.
+
+Layouts (channels zero-padded up to whole blocks; ``in_block`` is a multiple of 4):
+
+* data ``[N, ceil(IC/ib), IH, IW, ib]`` (``in_dtype``). Padded input channels may hold any value: their
+  weights are 0. Spatial zero padding is done inside the kernel with ``x_zero`` (the real value 0);
+* general weight ``[ceil(OC/ob), ceil(IC/ib), KH, KW, ib/4, ob, 4]`` int8 with
+  ``Wp[o, i, kh, kw, g, bo, p] = W[o*ob + bo, i*ib + 4*g + p, kh, kw]``, so the ``4*ob`` bytes one dot step
+  reads (one 4-channel group, one output block) are contiguous;
+* depthwise weight ``[ceil(C/cb), KH, KW, cb]`` int8 with ``Wp[c, kh, kw, b] = W[c*cb + b, 0, kh, kw]``;
+* bias (int32) and multiplier (float32) ``[ceil(OC/ob), ob]``;
+* output and residual ``[N, ceil(OC/ob), OH, OW, ob]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import astuple, dataclass
+
+import numpy as np
+
+__all__ = [
+    "QConv2dSpec",
+    "QUANT_RANGES",
+    "pack_qweight",
+    "pack_qbias",
+    "pack_multiplier",
+    "pack_qdata",
+    "unpack_qoutput",
+]
+
+QUANT_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class QConv2dSpec:
+    """One int8 conv2d with a fused requantize epilogue (see the module docstring)."""
+
+    batch: int
+    in_channels: int
+    in_h: int
+    in_w: int
+    out_channels: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    dilations: tuple[int, int] = (1, 1)
+    groups: int = 1  # 1 or depthwise (groups == in == out)
+    in_block: int = 16
+    out_block: int = 16
+    in_dtype: str = "uint8"
+    out_dtype: str = "uint8"  # uint8 | int8 | float32
+    x_zero: int = 0
+    y_scale: float = 1.0
+    y_zero: int = 0
+    activation: str = "none"
+    alpha: float = 0.0
+    beta: float = 0.0
+    residual: bool = False
+    r_scale: float = 1.0
+    r_zero: int = 0
+    r_dtype: str = "uint8"
+
+    @property
+    def out_h(self) -> int:
+        """``(IH + pt + pb - dh*(KH-1) - 1) // sh + 1``."""
+        eff = self.dilations[0] * (self.kernel[0] - 1) + 1
+        return (self.in_h + self.pads[0] + self.pads[2] - eff) // self.strides[0] + 1
+
+    @property
+    def out_w(self) -> int:
+        """``(IW + pl + pr - dw*(KW-1) - 1) // sw + 1``."""
+        eff = self.dilations[1] * (self.kernel[1] - 1) + 1
+        return (self.in_w + self.pads[1] + self.pads[3] - eff) // self.strides[1] + 1
+
+    @property
+    def in_chunks(self) -> int:
+        """``ceil(IC / in_block)``."""
+        return _ceil_div(self.in_channels, self.in_block)
+
+    @property
+    def out_chunks(self) -> int:
+        """``ceil(OC / out_block)``."""
+        return _ceil_div(self.out_channels, self.out_block)
+
+    @property
+    def is_depthwise(self) -> bool:
+        """groups == in_channels == out_channels (and more than one group)."""
+        return self.groups > 1 and self.groups == self.in_channels == self.out_channels
+
+    @property
+    def data_shape(self) -> tuple[int, int, int, int, int]:
+        """``[N, in_chunks, IH, IW, in_block]``."""
+        return (self.batch, self.in_chunks, self.in_h, self.in_w, self.in_block)
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int, int]:
+        """``[N, out_chunks, OH, OW, out_block]`` (also the residual's shape)."""
+        return (self.batch, self.out_chunks, self.out_h, self.out_w, self.out_block)
+
+    @property
+    def weight_shape(self) -> tuple[int, ...]:
+        """The packed weight shape the kernel reads (see the module docstring)."""
+        kh, kw = self.kernel
+        if self.is_depthwise:
+            return (self.out_chunks, kh, kw, self.out_block)
+        return (self.out_chunks, self.in_chunks, kh, kw, self.in_block // 4, self.out_block, 4)
+
+    @property
+    def ops(self) -> int:
+        """Multiply-adds times two over the real channels."""
+        per_out = 2 * (self.in_channels // self.groups) * self.kernel[0] * self.kernel[1]
+        return self.batch * self.out_channels * self.out_h * self.out_w * per_out
+
+    def key(self) -> str:
+        """A short deterministic hash of all spec fields."""
+        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+
+    def validate(self) -> None:
+        """Raise ValueError for specs the int8 kernel does not build."""
+        from backends.tvm.kernels.epilogue import ACTIVATIONS
+
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}")
+        if self.in_dtype != "uint8" or self.r_dtype not in QUANT_RANGES:
+            raise ValueError(
+                f"in_dtype must be uint8 and r_dtype uint8/int8 (got {self.in_dtype}, {self.r_dtype})"
+            )
+        if self.out_dtype not in ("uint8", "int8", "float32"):
+            raise ValueError(f"out_dtype must be uint8, int8 or float32 (got {self.out_dtype})")
+        if not 0 <= self.x_zero <= 255:
+            raise ValueError(f"x_zero {self.x_zero} outside uint8")
+        if min(self.batch, self.in_channels, self.out_channels, self.in_h, self.in_w) < 1:
+            raise ValueError("empty conv")
+        if min(*self.kernel, *self.strides, *self.dilations, self.out_block) < 1 or min(self.pads) < 0:
+            raise ValueError("bad kernel/stride/dilation/pad/block")
+        if self.in_block < 4 or self.in_block % 4:
+            raise ValueError(f"in_block {self.in_block} must be a positive multiple of 4")
+        if self.out_h < 1 or self.out_w < 1:
+            raise ValueError("empty output")
+        if self.groups != 1 and not (self.is_depthwise and self.in_block == self.out_block):
+            raise ValueError(f"groups={self.groups}: only 1 or depthwise with in_block == out_block")
+
+
+def pack_qweight(w_q: np.ndarray, spec: QConv2dSpec) -> np.ndarray:
+    """ONNX OIHW int8 ``[OC, IC/groups, KH, KW]`` -> the packed, zero-padded layout the kernel reads."""
+    kh, kw = spec.kernel
+    w = np.asarray(w_q)
+    if w.dtype != np.int8:
+        raise ValueError(f"weights must be int8, got {w.dtype}")
+    oc_pad = spec.out_chunks * spec.out_block
+    if spec.is_depthwise:
+        if w.shape != (spec.out_channels, 1, kh, kw):
+            raise ValueError(f"depthwise weight shape {w.shape} != {(spec.out_channels, 1, kh, kw)}")
+        full = np.zeros((oc_pad, kh, kw), np.int8)
+        full[: spec.out_channels] = w[:, 0]
+        return np.ascontiguousarray(
+            full.reshape(spec.out_chunks, spec.out_block, kh, kw).transpose(0, 2, 3, 1)
+        )
+    expect = (spec.out_channels, spec.in_channels, kh, kw)
+    if spec.groups != 1 or w.shape != expect:
+        raise ValueError(f"weight shape {w.shape} (groups {spec.groups}) != {expect} with groups 1")
+    ic_pad = spec.in_chunks * spec.in_block
+    full = np.zeros((oc_pad, ic_pad, kh, kw), np.int8)
+    full[: spec.out_channels, : spec.in_channels] = w
+    g = spec.in_block // 4
+    packed = full.reshape(spec.out_chunks, spec.out_block, spec.in_chunks, g, 4, kh, kw)
+    # axes: o, bo, i, g, p, kh, kw -> o, i, kh, kw, g, bo, p
+    return np.ascontiguousarray(packed.transpose(0, 2, 5, 6, 3, 1, 4))
+
+
+def pack_qbias(bias_q: np.ndarray | None, w_q: np.ndarray, spec: QConv2dSpec) -> np.ndarray:
+    """``bias_q[oc] - x_zero * sum(w_q[oc])`` as int32 ``[out_chunks, out_block]`` (zero padded)."""
+    w = np.asarray(w_q).astype(np.int64)
+    folded = -int(spec.x_zero) * w.reshape(w.shape[0], -1).sum(axis=1)
+    if bias_q is not None:
+        folded = folded + np.asarray(bias_q).astype(np.int64).reshape(-1)
+    if folded.size != spec.out_channels:
+        raise ValueError(f"bias/weight give {folded.size} channels, spec has {spec.out_channels}")
+    info = np.iinfo(np.int32)
+    if folded.min(initial=0) < info.min or folded.max(initial=0) > info.max:
+        raise ValueError("folded int8 conv bias overflows int32")
+    full = np.zeros(spec.out_chunks * spec.out_block, np.int32)
+    full[: spec.out_channels] = folded
+    return full.reshape(spec.out_chunks, spec.out_block)
+
+
+def pack_multiplier(x_scale: float, w_scale: np.ndarray, spec: QConv2dSpec) -> np.ndarray:
+    """``float32(float64(x_scale) * float64(w_scale[oc]))`` as float32 ``[out_chunks, out_block]``.
+
+    A scalar ``w_scale`` (per-tensor) is broadcast to every output channel.
+    """
+    ws = np.asarray(w_scale).astype(np.float64).reshape(-1)
+    if ws.size == 1:
+        ws = np.full(spec.out_channels, ws[0])
+    if ws.size != spec.out_channels:
+        raise ValueError(f"w_scale has {ws.size} entries, spec has {spec.out_channels} channels")
+    full = np.zeros(spec.out_chunks * spec.out_block, np.float32)
+    full[: spec.out_channels] = (np.float64(x_scale) * ws).astype(np.float32)
+    return full.reshape(spec.out_chunks, spec.out_block)
+
+
+def pack_qdata(x: np.ndarray, block: int, fill: int = 0) -> np.ndarray:
+    """NCHW -> NCHW[block]c (dtype kept), padded channels filled with ``fill``."""
+    n, c, h, w = x.shape
+    chunks = _ceil_div(c, block)
+    full = np.full((n, chunks * block, h, w), fill, x.dtype)
+    full[:, :c] = x
+    return np.ascontiguousarray(full.reshape(n, chunks, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def unpack_qoutput(y: np.ndarray, channels: int) -> np.ndarray:
+    """NCHW[b]c -> NCHW, dropping the padded channels beyond ``channels``."""
+    n, chunks, h, w, block = y.shape
+    full = y.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, h, w)
+    return np.ascontiguousarray(full[:, :channels])

@@ -1,0 +1,78 @@
+"""Kiln IR -> Relax: one ``main`` function whose body is the graph, node by node.
+
+Parameters are the graph inputs (in order), the result is the single output or a
+tuple of outputs. Every op goes through the lowering table; ops without a rule
+are reported together, each with its node names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from backends.tvm.lowering.table import LowerContext, rule_for
+from compiler.errors import UnsupportedOpsError
+from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph
+
+if TYPE_CHECKING:
+    from backends.tvm.target import TargetSpec
+
+__all__ = ["LoweredModule", "lower_graph"]
+
+
+@dataclass(frozen=True)
+class LoweredModule:
+    """The Relax module plus what the lowering decided (kernels used, for the manifest)."""
+
+    mod: Any  # tvm.IRModule
+    kernels: list[dict[str, Any]]
+
+
+def _unsupported(graph: Graph) -> dict[str, list[str]]:
+    missing: dict[str, list[str]] = {}
+    for node in graph.nodes():
+        if node.domain == "" and node.op in (INPUT_OP, CONSTANT_OP):
+            continue
+        if rule_for(node.qualified_op) is None:
+            missing.setdefault(node.qualified_op, []).append(node.name or node.output_names[0])
+    return missing
+
+
+def lower_graph(graph: Graph, target: TargetSpec, source: str = "model") -> LoweredModule:
+    """Lower a verified, statically shaped graph to a Relax IRModule."""
+    from tvm import relax
+
+    import backends.tvm.lowering  # noqa: F401  (registers the rules)
+
+    missing = _unsupported(graph)
+    if missing:
+        raise UnsupportedOpsError(f"{source} (--target {target.name})", missing)
+    bb = relax.BlockBuilder()
+    ctx = LowerContext(bb, graph, target)
+    params = []
+    for v in graph.inputs:
+        t = v.type
+        params.append(
+            relax.Var(v.name, relax.TensorType([int(d) for d in t.shape or ()], t.dtype.numpy.name))
+        )
+    env: dict[tuple[int, int], Any] = {}
+    with bb.function("main", params):
+        with bb.dataflow():
+            for v, p in zip(graph.inputs, params, strict=True):
+                env[(v.node, v.port)] = p
+            for node in graph.nodes():
+                if node.domain == "" and node.op == INPUT_OP:
+                    continue
+                if node.domain == "" and node.op == CONSTANT_OP:
+                    env[(node.id, 0)] = ctx.const(node.attrs.value)
+                    continue
+                ins = [None if v is None else env[(v.node, v.port)] for v in graph.inputs_of(node)]
+                rule = rule_for(node.qualified_op)
+                assert rule is not None
+                outs = rule(ctx, node, ins)
+                for port, expr in enumerate(outs):
+                    env[(node.id, port)] = expr
+            results = [env[(v.node, v.port)] for v in graph.outputs]
+            out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
+        bb.emit_func_output(out)
+    return LoweredModule(bb.get(), ctx.kernel_log)

@@ -1,0 +1,175 @@
+"""Convolutions: Conv and kiln::FusedConv (fp32) and kiln::QConv (int8 integer kernels).
+
+Blocked convs (``layout`` = NCHW{b}c, chosen by the choose-layout pass) run as
+Kiln's scheduled NCHWc kernels with bias, residual and activation fused into
+the epilogue and weights packed at compile time. NCHW convs (grouped convs the
+kernels do not cover) fall back to Relax's conv2d under the generic schedule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from backends.tvm.lowering.elementwise import activation, dequantize, quantize
+from backends.tvm.lowering.table import LowerContext, lowers
+from backends.tvm.lowering.tensor import layout_block
+from compiler.errors import ConversionError
+from compiler.ir.graph import Node
+from compiler.ops.qconv import qconv_multiplier
+from compiler.ops.shapes import resolve_pads, window_params
+
+__all__: list[str] = []
+
+
+def _op() -> Any:
+    from tvm import relax
+
+    return relax.op
+
+
+def _geometry(ctx: LowerContext, node: Node, in_hw: tuple[int, int], kernel: tuple[int, int]) -> Any:
+    a = node.attrs
+    s, d, p = window_params(2, kernel, a.strides, a.dilations, a.pads)
+    pads = resolve_pads(a.auto_pad, in_hw, kernel, s, d, p)
+    return (int(s[0]), int(s[1])), (int(d[0]), int(d[1])), tuple(int(v) for v in pads)
+
+
+def _conv_fields(ctx: LowerContext, node: Node, w: np.ndarray) -> dict[str, Any]:
+    """Spec fields shared by the fp32 and int8 kernels."""
+    x_shape = [int(v) for v in (ctx.in_type(node, 0).shape or ())]
+    out_shape = ctx.out_shape(node)
+    if len(w.shape) != 4:
+        raise ConversionError(f"{node.describe()}: only 2-D convolutions lower to TVM")
+    groups = int(node.attrs.group)
+    kernel = (int(w.shape[2]), int(w.shape[3]))
+    strides, dil, pads = _geometry(ctx, node, (x_shape[2], x_shape[3]), kernel)
+    return {
+        "batch": x_shape[0],
+        "in_channels": int(w.shape[1]) * groups,
+        "in_h": x_shape[2],
+        "in_w": x_shape[3],
+        "out_channels": int(w.shape[0]),
+        "kernel": kernel,
+        "strides": strides,
+        "pads": (pads[0], pads[1], pads[2], pads[3]),
+        "dilations": dil,
+        "groups": groups,
+        "in_block": layout_block(getattr(node.attrs, "layout", "NCHW")),
+        "out_block": out_shape[4] if len(out_shape) == 5 else 0,
+    }
+
+
+def _act(node: Node) -> tuple[str, float, float]:
+    a = node.attrs
+    return (getattr(a, "activation", "none"), float(getattr(a, "alpha", 0.0)), float(getattr(a, "beta", 0.0)))
+
+
+@lowers("Conv", "kiln::FusedConv")
+def _conv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    w = ctx.require_const(node, 1, "weight").astype(np.float32)
+    b = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
+    if len(ins) > 2 and ins[2] is not None and b is None:
+        raise ConversionError(f"{node.describe()}: a non-constant conv bias has no TVM lowering")
+    residual = ins[3] if len(ins) > 3 else None
+    fields = _conv_fields(ctx, node, w)
+    act, alpha, beta = _act(node)
+    if fields["in_block"]:
+        from backends.tvm.kernels.conv_spec import Conv2dSpec, conv2d_kernel, pack_bias, pack_weight
+
+        spec = Conv2dSpec(**fields, activation=act, alpha=alpha, beta=beta, residual=residual is not None)
+        args = [ins[0], ctx.const(pack_weight(w, spec)), ctx.const(pack_bias(b, spec))]
+        if residual is not None:
+            args.append(residual)
+        return [ctx.call_kernel(conv2d_kernel(spec, ctx.target), args)]
+    op = _op()
+    t, l_, bo, r = fields["pads"]
+    y = ctx.emit(
+        op.nn.conv2d(
+            ins[0],
+            ctx.const(w),
+            fields["strides"],
+            (t, l_, bo, r),
+            fields["dilations"],
+            fields["groups"],
+        )
+    )
+    if b is not None:
+        y = ctx.emit(op.add(y, ctx.const(b.astype(np.float32).reshape(1, -1, 1, 1))))
+    if residual is not None:
+        y = ctx.emit(op.add(y, residual))
+    return [activation(ctx, y, act, alpha, beta, "float32")]
+
+
+@lowers("kiln::QConv")
+def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    a = node.attrs
+    w = ctx.require_const(node, 1, "weight").astype(np.int8)
+    b = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
+    residual = ins[3] if len(ins) > 3 else None
+    fields = _conv_fields(ctx, node, w)
+    w_scales = np.broadcast_to(np.asarray(a.w_scales, np.float32), (w.shape[0],))
+    act, alpha, beta = _act(node)
+    in_dt = ctx.in_type(node, 0).dtype.numpy.name
+    if fields["in_block"]:
+        from backends.tvm.kernels.conv2d_int8 import qconv2d_kernel
+        from backends.tvm.kernels.qconv_spec import (
+            QConv2dSpec,
+            pack_multiplier,
+            pack_qbias,
+            pack_qweight,
+        )
+
+        r_dt = ctx.in_type(node, 3).dtype.numpy.name if residual is not None else "uint8"
+        spec = QConv2dSpec(
+            **fields,
+            in_dtype=in_dt,
+            out_dtype=a.out_dtype,
+            x_zero=int(a.x_zero),
+            y_scale=float(a.y_scale),
+            y_zero=int(a.y_zero),
+            activation=act,
+            alpha=alpha,
+            beta=beta,
+            residual=residual is not None,
+            r_scale=float(a.r_scale),
+            r_zero=int(a.r_zero),
+            r_dtype=r_dt,
+        )
+        bias = None if b is None else b.astype(np.int32)
+        args = [
+            ins[0],
+            ctx.const(pack_qweight(w, spec)),
+            ctx.const(pack_qbias(bias, w, spec)),
+            ctx.const(pack_multiplier(float(a.x_scale), w_scales, spec)),
+        ]
+        if residual is not None:
+            args.append(residual)
+        return [ctx.call_kernel(qconv2d_kernel(spec, ctx.target), args)]
+    # NCHW fallback: the same integer math through Relax ops (int32 conv, float requantize)
+    op = _op()
+    x = ctx.emit(op.subtract(op.astype(ins[0], "int32"), ctx.scalar(int(a.x_zero), "int32")))
+    t, l_, bo, r = fields["pads"]
+    acc = ctx.emit(
+        op.nn.conv2d(
+            x,
+            ctx.const(w.astype(np.int32)),
+            fields["strides"],
+            (t, l_, bo, r),
+            fields["dilations"],
+            fields["groups"],
+            out_dtype="int32",
+        )
+    )
+    if b is not None:
+        acc = ctx.emit(op.add(acc, ctx.const(b.astype(np.int32).reshape(1, -1, 1, 1))))
+    mult = np.broadcast_to(qconv_multiplier(float(a.x_scale), tuple(a.w_scales)), (w.shape[0],))
+    real = ctx.emit(op.multiply(op.astype(acc, "float32"), ctx.const(mult.reshape(1, -1, 1, 1))))
+    if residual is not None:
+        rr = dequantize(ctx, residual, np.array(a.r_scale, np.float32), np.array(a.r_zero, np.int32))
+        real = ctx.emit(op.add(real, rr))
+    real = activation(ctx, real, act, alpha, beta, "float32")
+    if a.out_dtype == "float32":
+        return [real]
+    return [quantize(ctx, real, np.array(a.y_scale, np.float32), np.array(a.y_zero, np.int32), a.out_dtype)]

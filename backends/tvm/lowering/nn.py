@@ -1,0 +1,203 @@
+"""Pooling, reductions, softmax, resize and dense layers (Gemm, MatMul).
+
+Pooling over blocked ``NCHW{b}c`` tensors arrives as 3-D pooling with a unit
+kernel on the lane axis (choose-layout's N-D form) and runs as Kiln's NCHWc pool
+kernel; Gemm with a constant weight runs as Kiln's packed dense kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from backends.tvm.lowering.table import LowerContext, lowers
+from compiler.errors import ConversionError
+from compiler.ir.graph import Node
+from compiler.ops.pooling import pool_geometry
+from compiler.ops.reduce import reduce_axes
+
+__all__: list[str] = []
+
+
+def _op() -> Any:
+    from tvm import relax
+
+    return relax.op
+
+
+def _in_shape(ctx: LowerContext, node: Node, port: int = 0) -> tuple[int, ...]:
+    s = ctx.in_type(node, port).shape or ()
+    return tuple(int(d) for d in s)
+
+
+def _blocked_pool(ctx: LowerContext, node: Node, x: Any, mode: str) -> Any | None:
+    """A 5-D pool with unit lane kernel on [N, Cb, H, W, b] through Kiln's NCHWc pool kernel."""
+    try:
+        from backends.tvm.kernels.pool_nchwc import PoolSpec, pool_kernel
+    except ImportError:
+        return None
+    shape = _in_shape(ctx, node)
+    a = node.attrs
+    k, s, d, pads, _ = pool_geometry(shape, a)
+    if len(shape) != 5 or k[2] != 1 or s[2] != 1 or pads[2] or pads[5] or any(v != 1 for v in d):
+        return None
+    spec = PoolSpec(
+        mode=mode,
+        batch=shape[0],
+        chunks=shape[1],
+        in_h=shape[2],
+        in_w=shape[3],
+        block=shape[4],
+        kernel=(k[0], k[1]),
+        strides=(s[0], s[1]),
+        pads=(pads[0], pads[1], pads[3], pads[4]),
+        ceil_mode=False,  # pool_geometry already extended the end pads
+        count_include_pad=bool(getattr(a, "count_include_pad", 0)),
+    )
+    return ctx.call_kernel(pool_kernel(spec, ctx.target), [x])
+
+
+@lowers("MaxPool", "AveragePool")
+def _pool(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    if node.num_outputs > 1:
+        raise ConversionError(f"{node.describe()}: MaxPool indices have no TVM lowering")
+    mode = "max" if node.op == "MaxPool" else "avg"
+    shape = _in_shape(ctx, node)
+    blocked = _blocked_pool(ctx, node, ins[0], mode) if len(shape) == 5 else None
+    if blocked is not None:
+        return [blocked]
+    if len(shape) != 4:
+        raise ConversionError(f"{node.describe()}: only 2-D pooling (or blocked 2-D) lowers to TVM")
+    k, s, d, pads, _ = pool_geometry(shape, node.attrs)
+    fn = _op().nn.max_pool2d if mode == "max" else _op().nn.avg_pool2d
+    kw: dict[str, Any] = {}
+    if mode == "avg":
+        kw["count_include_pad"] = bool(node.attrs.count_include_pad)
+    out = fn(ins[0], k, s, (pads[0], pads[1], pads[2], pads[3]), d, ceil_mode=False, **kw)
+    return [ctx.emit(out)]
+
+
+@lowers("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    rank = len(_in_shape(ctx, node))
+    axes = list(range(2, rank))
+    fn = _op().mean if node.op == "GlobalAveragePool" else _op().max
+    return [ctx.emit(fn(ins[0], axes, keepdims=True))]
+
+
+_REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
+
+
+@lowers(*_REDUCE)
+def _reduce(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    shape = _in_shape(ctx, node)
+    axes = reduce_axes(ctx.input_const(node, 1), len(shape), bool(node.attrs.noop_with_empty_axes))
+    if not axes and node.attrs.noop_with_empty_axes:
+        return [ins[0]]
+    if (
+        node.op == "ReduceMean"
+        and len(shape) == 5
+        and axes == (2, 3)
+        and node.attrs.keepdims
+        and shape[2] * shape[3] > 1
+    ):
+        from backends.tvm.kernels.pool_nchwc import PoolSpec, pool_kernel
+
+        spec = PoolSpec("global_avg", shape[0], shape[1], shape[2], shape[3], shape[4])
+        return [ctx.call_kernel(pool_kernel(spec, ctx.target), [ins[0]])]
+    fn = getattr(_op(), _REDUCE[node.op])
+    return [ctx.emit(fn(ins[0], list(axes), keepdims=bool(node.attrs.keepdims)))]
+
+
+@lowers("Softmax", "LogSoftmax")
+def _softmax(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    rank = len(_in_shape(ctx, node))
+    fn = _op().nn.softmax if node.op == "Softmax" else _op().nn.log_softmax
+    return [ctx.emit(fn(ins[0], int(node.attrs.axis) % rank))]
+
+
+_RESIZE_METHOD = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
+_ROUNDING = {
+    "round_prefer_floor": "round_prefer_floor",
+    "round_prefer_ceil": "round_prefer_ceil",
+    "floor": "floor",
+    "ceil": "ceil",
+}
+
+
+@lowers("Resize")
+def _resize(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    a = node.attrs
+    shape = _in_shape(ctx, node)
+    out = ctx.out_shape(node)
+    rank = len(shape)
+    if rank not in (4, 5) or any(out[i] != shape[i] for i in (0, 1)) or (rank == 5 and out[4] != shape[4]):
+        raise ConversionError(f"{node.describe()}: only spatial (H, W) Resize lowers to TVM")
+    if a.antialias or a.keep_aspect_ratio_policy != "stretch" or a.mode not in _RESIZE_METHOD:
+        raise ConversionError(f"{node.describe()}: Resize mode {a.mode!r}/antialias has no TVM lowering")
+    scales = ctx.input_const(node, 2)
+    if scales is not None and scales.size:
+        full = np.ones(rank, np.float32)
+        axes = [ax % rank for ax in a.axes] if a.axes else list(range(rank))
+        full[axes] = scales.astype(np.float32)
+        for ax in (2, 3):
+            if not np.isclose(full[ax], out[ax] / shape[ax], rtol=0, atol=1e-6):
+                raise ConversionError(
+                    f"{node.describe()}: Resize scale {full[ax]} differs from the size ratio "
+                    f"{out[ax]}/{shape[ax]}; no TVM lowering"
+                )
+    layout = "NCHW" if rank == 4 else f"NCHW{shape[4]}c"
+    y = _op().image.resize2d(
+        ins[0],
+        (out[2], out[3]),
+        layout=layout,
+        method=_RESIZE_METHOD[a.mode],
+        coordinate_transformation_mode=a.coordinate_transformation_mode,
+        rounding_method=_ROUNDING.get(a.nearest_mode, "round"),
+        cubic_alpha=float(a.cubic_coeff_a),
+        cubic_exclude=int(a.exclude_outside),
+        extrapolation_value=float(a.extrapolation_value),
+    )
+    return [ctx.emit(y)]
+
+
+@lowers("Gemm")
+def _gemm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    a = node.attrs
+    op = _op()
+    w = ctx.input_const(node, 1)
+    c = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
+    x = ins[0] if not a.transA else ctx.emit(op.permute_dims(ins[0], [1, 0]))
+    out_shape = ctx.out_shape(node)
+    bias_ok = c is None or c.size in (1, out_shape[1]) and (c.ndim < 2 or c.shape[0] == 1)
+    if w is not None and bias_ok and a.alpha == 1.0 and (c is None or a.beta == 1.0):
+        w_nk = w if a.transB else w.T
+        try:
+            from backends.tvm.kernels.dense import DenseSpec, dense_kernel, pack_dense_bias, pack_dense_weight
+        except ImportError:
+            pass
+        else:
+            m, k = _in_shape(ctx, node)[::-1] if a.transA else _in_shape(ctx, node)
+            spec = DenseSpec(m=m, k=k, n=out_shape[1], has_bias=c is not None, block=ctx.target.lanes)
+            args = [x, ctx.const(pack_dense_weight(np.asarray(w_nk, np.float32), spec))]
+            if c is not None:
+                bias = np.broadcast_to(c.astype(np.float32).reshape(-1), (out_shape[1],))
+                args.append(ctx.const(pack_dense_bias(np.ascontiguousarray(bias), spec)))
+            return [ctx.call_kernel(dense_kernel(spec, ctx.target), args)]
+    wt = ctx.emit(op.permute_dims(ins[1], [1, 0])) if a.transB else ins[1]
+    if w is not None:
+        wt = ctx.const(np.ascontiguousarray(w if not a.transB else w.T).astype(w.dtype))
+    y = ctx.emit(op.matmul(x, wt))
+    dt = ctx.out_type(node).dtype.numpy.name
+    if a.alpha != 1.0:
+        y = ctx.emit(op.multiply(y, ctx.scalar(a.alpha, dt)))
+    if len(ins) > 2 and ins[2] is not None:
+        cc = ins[2] if a.beta == 1.0 else ctx.emit(op.multiply(ins[2], ctx.scalar(a.beta, dt)))
+        y = ctx.emit(op.add(y, cc))
+    return [y]
+
+
+@lowers("MatMul")
+def _matmul(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    return [ctx.emit(_op().matmul(ins[0], ins[1]))]

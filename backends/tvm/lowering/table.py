@@ -1,0 +1,118 @@
+"""The lowering table: qualified op name -> rule turning one Kiln node into Relax expressions.
+
+A rule gets the :class:`LowerContext` (block builder, target, kernel cache), the
+node and its inputs already lowered (``None`` for absent optional inputs) and
+returns one Relax expression per node output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compiler.errors import ConversionError
+
+if TYPE_CHECKING:
+    from backends.tvm.kernels.kernel import Kernel
+    from backends.tvm.target import TargetSpec
+    from compiler.ir.graph import Graph, Node
+    from compiler.ir.types import TensorType
+
+__all__ = ["LowerContext", "Rule", "lowers", "rule_for", "lowered_ops"]
+
+Expr = Any  # tvm.relax.Expr
+
+
+@dataclass
+class LowerContext:
+    """What a rule sees: the builder, the graph it lowers and the kernels already added."""
+
+    bb: Any  # tvm.relax.BlockBuilder
+    graph: Graph
+    target: TargetSpec
+    kernels: dict[str, Any] = field(default_factory=dict)  # kernel name -> GlobalVar
+    kernel_log: list[dict[str, Any]] = field(default_factory=list)
+
+    def emit(self, expr: Expr) -> Expr:
+        """Bind ``expr`` to a dataflow variable."""
+        return self.bb.emit(expr)
+
+    def const(self, array: np.ndarray) -> Expr:
+        """A Relax constant (weights end up inside the compiled library)."""
+        from tvm import relax
+
+        return relax.const(np.ascontiguousarray(array))
+
+    def scalar(self, value: float, dtype: str) -> Expr:
+        """A 0-d constant of ``dtype``."""
+        return self.const(np.array(value, dtype=dtype))
+
+    def input_const(self, node: Node, port: int) -> np.ndarray | None:
+        """The value of input ``port`` if it is a constant (else None)."""
+        ins = self.graph.inputs_of(node)
+        v = ins[port] if port < len(ins) else None
+        return None if v is None else v.const
+
+    def require_const(self, node: Node, port: int, what: str) -> np.ndarray:
+        """The constant at input ``port``; a ConversionError naming the node otherwise."""
+        c = self.input_const(node, port)
+        if c is None:
+            raise ConversionError(f"{node.describe()}: {what} (input {port}) must be a constant for --target")
+        return c
+
+    def in_type(self, node: Node, port: int) -> TensorType:
+        """The IR type of input ``port``."""
+        v = self.graph.inputs_of(node)[port]
+        assert v is not None
+        return v.type
+
+    def out_type(self, node: Node, port: int = 0) -> TensorType:
+        """The IR type of output ``port``."""
+        return node.output_types[port]
+
+    def out_shape(self, node: Node, port: int = 0) -> tuple[int, ...]:
+        """The static output shape (all shapes are static when lowering)."""
+        s = node.output_types[port].shape
+        assert s is not None and all(isinstance(d, int) for d in s), node.describe()
+        return tuple(int(d) for d in s)
+
+    def call_kernel(self, kernel: Kernel, args: list[Expr], what: str = "") -> Expr:
+        """Add ``kernel`` once (deduplicated by name) and emit a ``call_tir`` to it."""
+        from tvm import relax
+
+        gv = self.kernels.get(kernel.name)
+        if gv is None:
+            gv = self.bb.add_func(kernel.func.with_attr("global_symbol", kernel.name), kernel.name)
+            self.kernels[kernel.name] = gv
+            self.kernel_log.append({"kernel": kernel.name, "rule": str(kernel.func.attrs["kiln.scheduled"])})
+        out = relax.TensorType(kernel.out_shape, kernel.out_dtype)
+        return self.emit(relax.call_tir(gv, args, out))
+
+
+Rule = Callable[[LowerContext, "Node", list[Any]], list[Any]]
+_RULES: dict[str, Rule] = {}
+
+
+def lowers(*ops: str) -> Callable[[Rule], Rule]:
+    """Register a rule for the qualified op names (``Add``, ``kiln::FusedConv``)."""
+
+    def deco(fn: Rule) -> Rule:
+        for op in ops:
+            assert op not in _RULES, op
+            _RULES[op] = fn
+        return fn
+
+    return deco
+
+
+def rule_for(qualified_op: str) -> Rule | None:
+    """The rule for an op, or None."""
+    return _RULES.get(qualified_op)
+
+
+def lowered_ops() -> list[str]:
+    """Every op with a lowering rule."""
+    return sorted(_RULES)

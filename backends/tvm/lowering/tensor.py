@@ -1,0 +1,111 @@
+"""Data-movement ops: reshape family, transpose, concat, slice, and Kiln's layout transforms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from backends.tvm.lowering.table import LowerContext, lowers
+from compiler.errors import ConversionError
+from compiler.ir.graph import Node
+
+__all__ = ["layout_block"]
+
+
+def _op() -> Any:
+    from tvm import relax
+
+    return relax.op
+
+
+@lowers("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    return [ctx.emit(_op().reshape(ins[0], ctx.out_shape(node)))]
+
+
+@lowers("Transpose")
+def _transpose(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    perm = node.attrs.perm
+    rank = len(ctx.out_shape(node))
+    axes = list(perm) if perm is not None else list(reversed(range(rank)))
+    return [ctx.emit(_op().permute_dims(ins[0], axes))]
+
+
+@lowers("Concat")
+def _concat(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    from tvm import relax
+
+    rank = len(ctx.out_shape(node))
+    return [
+        ctx.emit(_op().concat(relax.Tuple([x for x in ins if x is not None]), int(node.attrs.axis) % rank))
+    ]
+
+
+@lowers("Slice")
+def _slice(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    shape = ctx.in_type(node, 0).shape or ()
+    rank = len(shape)
+    starts = ctx.require_const(node, 1, "starts").astype(np.int64).ravel()
+    ends = ctx.require_const(node, 2, "ends").astype(np.int64).ravel()
+    axes_c = ctx.input_const(node, 3)
+    steps_c = ctx.input_const(node, 4)
+    axes = axes_c.astype(np.int64).ravel() if axes_c is not None else np.arange(len(starts))
+    steps = steps_c.astype(np.int64).ravel() if steps_c is not None else np.ones(len(starts), np.int64)
+    a_out, b_out, e_out, s_out = [], [], [], []
+    for a, b, e, s in zip(axes, starts, ends, steps, strict=True):
+        ax = int(a) % rank
+        if s <= 0:
+            raise ConversionError(f"{node.describe()}: negative Slice steps have no TVM lowering")
+        dim = int(shape[ax])
+        lo, hi, _ = slice(int(np.clip(b, -(2**62), 2**62)), int(np.clip(e, -(2**62), 2**62))).indices(dim)
+        a_out.append(ax)
+        b_out.append(lo)
+        e_out.append(max(hi, lo))
+        s_out.append(int(s))
+    return [ctx.emit(_op().strided_slice(ins[0], a_out, b_out, e_out, s_out, assume_inbound=True))]
+
+
+def layout_block(layout: str) -> int:
+    """The channel block of ``NCHW{b}c`` (0 for plain NCHW)."""
+    if layout == "NCHW":
+        return 0
+    if layout.startswith("NCHW") and layout.endswith("c") and layout[4:-1].isdigit():
+        return int(layout[4:-1])
+    raise ConversionError(f"layout {layout!r} is not NCHW or NCHW<b>c")
+
+
+def relayout_te(x: Any, src: int, dst: int, channels: int) -> Any:
+    """TE compute moving channel c between NCHW (block 0) and NCHW{b}c; padded lanes are 0."""
+    from tvm import te, tirx
+
+    shape = [int(d) for d in x.shape]
+    n = shape[0]
+    h, w = (shape[2], shape[3])
+
+    def read(nn: Any, c: Any, hh: Any, ww: Any) -> Any:
+        return x[nn, c, hh, ww] if src == 0 else x[nn, c // src, hh, ww, c % src]
+
+    if dst == 0:
+        return te.compute((n, channels, h, w), lambda nn, c, hh, ww: read(nn, c, hh, ww), name="unpack")
+    chunks = -(-channels // dst)
+
+    def body(nn: Any, co: Any, hh: Any, ww: Any, ci: Any) -> Any:
+        c = co * dst + ci
+        if chunks * dst == channels:
+            return read(nn, c, hh, ww)
+        safe = tirx.min(c, channels - 1)
+        return tirx.if_then_else(c < channels, read(nn, safe, hh, ww), tirx.const(0, x.dtype))
+
+    return te.compute((n, chunks, h, w, dst), body, name="pack")
+
+
+@lowers("kiln::LayoutTransform")
+def _layout_transform(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    a = node.attrs
+    src, dst = layout_block(a.src), layout_block(a.dst)
+    if src == dst:
+        return [ins[0]]
+    return [
+        ctx.bb.emit_te(relayout_te, ins[0], src, dst, int(a.channels), primfunc_name_hint="kiln_relayout")
+    ]

@@ -1,0 +1,114 @@
+"""`--target cpu` on every shared model: the compiled library against onnxruntime.
+
+fp32: max rel 1e-4 against onnxruntime on the original model (real inputs).
+int8: the library against Kiln's own QDQ ONNX model (written by the same compile)
+in onnxruntime, cosine >= 0.999 on every output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backends.tvm.runtime import run_tvm
+from compiler.driver import compile_model
+from compiler.options import CompileOptions
+from compiler.quant.options import QuantOptions
+from compiler.runners import run_onnxruntime
+from tests.conftest import MODEL_STEMS, MODELS
+from tests.helpers.numerics import agreement
+
+INPUT_SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
+FP32_MAX_REL = 1e-4
+INT8_MIN_COSINE = 0.999
+
+
+def _compile(stem: str, out: Path, *, int8: bool, emit: tuple[str, ...] = ()) -> dict:
+    quant = None
+    if int8:
+        quant = QuantOptions(calib=MODELS / "data" / f"{stem}.calib.npz", calib_count=8, sensitivity=False)
+    opts = CompileOptions(
+        model=MODELS / f"{stem}.onnx",
+        out_dir=out,
+        emit=emit,
+        targets=("cpu",),
+        input_shapes=INPUT_SHAPES.get(stem, {}),
+        inputs=MODELS / "data" / f"{stem}.npz",
+        quant=quant,
+    )
+    return compile_model(opts).manifest
+
+
+def _feeds(stem: str) -> dict[str, np.ndarray]:
+    return dict(np.load(MODELS / "data" / f"{stem}.npz"))
+
+
+@pytest.fixture(scope="module", params=MODEL_STEMS)
+def fp32_build(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, dict]:
+    stem = request.param
+    out = tmp_path_factory.mktemp(f"{stem}_fp32") / "out"
+    return stem, out, _compile(stem, out, int8=False)
+
+
+def test_fp32_matches_onnxruntime(fp32_build: tuple[str, Path, dict]) -> None:
+    stem, out, manifest = fp32_build
+    assert manifest["verification"]["passed"]
+    (art,) = manifest["artifacts"]
+    assert art["kind"] == "tvm" and art["path"] == "cpu/model.so" and art["target"] == "cpu"
+    feeds = _feeds(stem)
+    got = run_tvm(out / "cpu" / "model.so", feeds)
+    ref = run_onnxruntime(MODELS / f"{stem}.onnx", feeds)
+    assert list(got) == list(ref)
+    for name in ref:
+        m = agreement(got[name], ref[name])
+        assert m.max_rel <= FP32_MAX_REL, f"{stem} {name}: max_rel {m.max_rel:.3g}"
+
+
+def test_fp32_records_layouts_and_kernels(fp32_build: tuple[str, Path, dict]) -> None:
+    stem, out, manifest = fp32_build
+    details = manifest["artifacts"][0]["details"]
+    assert details["target"]["name"] == "cpu"
+    assert details["layouts"], "choose-layout decisions are recorded"
+    rules = {k["rule"] for k in details["kernels"]}
+    assert any(r.startswith("conv2d") for r in rules), rules
+    meta = json.loads((out / "cpu" / "model.json").read_text())
+    assert [i["name"] for i in meta["inputs"]] == list(_feeds(stem))
+
+
+# Kiln's own interpreter on the QDQ model already differs from onnxruntime here (ties in
+# requantization flip and the badly conditioned nets amplify them); the library equals the
+# interpreter. Under investigation: strict, so a fix shows up.
+_DIVERGES = {"pan_mnv3s_skin_clothes_hair", "yunet_n_320"}
+INT8_CASES = [
+    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason="QDQ reference diverges from ORT"))
+    if s in _DIVERGES
+    else s
+    for s in MODEL_STEMS
+]
+
+
+@pytest.mark.parametrize("stem", INT8_CASES)
+def test_int8_matches_kiln_qdq_model(stem: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    manifest = _compile(stem, out, int8=True, emit=("onnx",))
+    kinds = {a["kind"]: a for a in manifest["artifacts"]}
+    assert kinds["tvm"]["precision"] == "int8"
+    rules = {k["rule"] for k in kinds["tvm"]["details"]["kernels"]}
+    assert any(r.startswith("qconv2d") for r in rules), rules
+    feeds = _feeds(stem)
+    got = run_tvm(out / "cpu" / "model.so", feeds)
+    ref = run_onnxruntime(out / kinds["onnx"]["path"], feeds)
+    for name in ref:
+        m = agreement(got[name], ref[name])
+        assert m.cosine >= INT8_MIN_COSINE, f"{stem} {name}: cosine {m.cosine:.6f}"
+
+
+def test_same_input_gives_identical_library(tmp_path: Path) -> None:
+    stem = "yunet_n_320"
+    a = _compile(stem, tmp_path / "a", int8=False)
+    b = _compile(stem, tmp_path / "b", int8=False)
+    assert (tmp_path / "a" / "cpu" / "model.so").read_bytes() == (tmp_path / "b" / "cpu" / "model.so").read_bytes()
+    assert a["artifacts"][0]["sha256"] == b["artifacts"][0]["sha256"]
