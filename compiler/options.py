@@ -31,6 +31,7 @@ class CompileOptions:
     passes: str | None = None
     dump_ir: Path | None = None
     timing: bool = False
+    progress: bool = True  # progress bars on stderr (calibration, kernel building)
     quant: QuantOptions | None = None
     mnn: MnnOptions | None = None
     cann: CannOptions | None = None
@@ -51,6 +52,6 @@ class CompileOptions:
         d["quant"] = self.quant.manifest_view() if self.quant is not None else None
         d["mnn"] = self.mnn.manifest_view() if self.mnn is not None else None
         d["cann"] = self.cann.manifest_view() if self.cann is not None else None
-        for k in ("out_dir", "dump_ir", "timing"):
+        for k in ("out_dir", "dump_ir", "timing", "progress"):
             d.pop(k)
         return d

@@ -35,7 +35,9 @@ class Tolerance:
 # sits on a sigmoid's steep slope while the output as a whole keeps 40 dB. int8 only guards against
 # a broken artifact here; the quantization report and --min-sqnr carry the accuracy target.
 TOLERANCES: dict[str, Tolerance] = {
-    "fp32": Tolerance(max_rel=1e-4, min_cosine=0.99999),
+    # max_rel carries fp32; the cosine floor only catches a wrong tensor whose values are all tiny
+    # (sigmoid tails near 1e-7 differ relatively between exp implementations: ORT's is approximate).
+    "fp32": Tolerance(max_rel=1e-4, min_cosine=0.999),
     "fp16": Tolerance(max_rel=float("inf"), min_cosine=0.999, min_sqnr_db=30.0),
     "int8": Tolerance(max_rel=float("inf"), min_cosine=0.9),
     # Weight-only int8/int4 (MNN's IDSTQuan: weights decoded to float at load, fp32 maths).

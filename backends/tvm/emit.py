@@ -66,11 +66,14 @@ def emit_tvm(graph: Graph, out_dir: Path, options: CompileOptions, target_name: 
     from backends.tvm.lower import lower_graph
     from compiler.ir.verifier import verify
 
+    from compiler.calibration.progress import Progress
+
     target = resolve_target(target_name)
     t0 = time.perf_counter()
     g, decisions = prepare_graph(graph, target)
     verify(g)
-    lowered = lower_graph(g, target, options.model.name)
+    with Progress(len(g.ops()), f"building kernels for {target.name}", enabled=options.progress) as bar:
+        lowered = lower_graph(g, target, options.model.name, on_node=bar.step)
     t1 = time.perf_counter()
     log.info(
         "%s: lowered to Relax with %d Kiln kernels in %.1f s", target.name, len(lowered.kernels), t1 - t0

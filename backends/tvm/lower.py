@@ -7,6 +7,7 @@ are reported together, each with its node names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +39,10 @@ def _unsupported(graph: Graph) -> dict[str, list[str]]:
     return missing
 
 
-def lower_graph(graph: Graph, target: TargetSpec, source: str = "model") -> LoweredModule:
-    """Lower a verified, statically shaped graph to a Relax IRModule."""
+def lower_graph(
+    graph: Graph, target: TargetSpec, source: str = "model", on_node: Callable[[], None] | None = None
+) -> LoweredModule:
+    """Lower a verified, statically shaped graph to a Relax IRModule (``on_node`` ticks per node)."""
     from tvm import relax
 
     import backends.tvm.lowering  # noqa: F401  (registers the rules)
@@ -72,6 +75,8 @@ def lower_graph(graph: Graph, target: TargetSpec, source: str = "model") -> Lowe
                 outs = rule(ctx, node, ins)
                 for port, expr in enumerate(outs):
                     env[(node.id, port)] = expr
+                if on_node is not None:
+                    on_node()
             results = [env[(v.node, v.port)] for v in graph.outputs]
             out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
         bb.emit_func_output(out)

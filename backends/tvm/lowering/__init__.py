@@ -3,4 +3,4 @@
 Importing this package registers every rule in :mod:`backends.tvm.lowering.table`.
 """
 
-from backends.tvm.lowering import conv, elementwise, nn, tensor  # noqa: F401
+from backends.tvm.lowering import conv, elementwise, nn, normalization, tensor  # noqa: F401

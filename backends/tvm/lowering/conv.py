@@ -173,3 +173,41 @@ def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     if a.out_dtype == "float32":
         return [real]
     return [quantize(ctx, real, np.array(a.y_scale, np.float32), np.array(a.y_zero, np.int32), a.out_dtype)]
+
+
+@lowers("ConvTranspose")
+def _conv_transpose(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    from compiler.ops.conv import conv_transpose_geometry
+
+    a = node.attrs
+    w = ctx.require_const(node, 1, "weight").astype(np.float32)
+    x_shape = [int(v) for v in (ctx.in_type(node, 0).shape or ())]
+    if len(x_shape) != 4:
+        raise ConversionError(f"{node.describe()}: only 2-D ConvTranspose lowers to TVM")
+    kernel = (int(w.shape[2]), int(w.shape[3]))
+    strides, dil, pads = _geometry(ctx, node, (x_shape[2], x_shape[3]), kernel)
+    out_sp, begin = conv_transpose_geometry(a, x_shape[2:], kernel, strides, dil, pads)
+    if begin is None:
+        raise ConversionError(f"{node.describe()}: ConvTranspose pads are not static")
+    adj = list(a.output_padding) or [0, 0]
+    end = []
+    for i in range(2):
+        natural = strides[i] * (x_shape[2 + i] - 1) + dil[i] * (kernel[i] - 1) + 1 + adj[i]
+        end.append(natural - begin[i] - int(out_sp[i]))
+    if any(e < 0 for e in end):
+        raise ConversionError(f"{node.describe()}: ConvTranspose output_shape beyond the natural size")
+    y = ctx.emit(
+        _op().nn.conv2d_transpose(
+            ins[0],
+            ctx.const(w),
+            strides,
+            (begin[0], begin[1], end[0], end[1]),
+            (adj[0], adj[1]),
+            dil,
+            int(a.group),
+        )
+    )
+    b = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
+    if b is not None:
+        y = ctx.emit(_op().add(y, ctx.const(b.astype(np.float32).reshape(1, -1, 1, 1))))
+    return [y]

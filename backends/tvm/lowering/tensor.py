@@ -109,3 +109,65 @@ def _layout_transform(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any
     return [
         ctx.bb.emit_te(relayout_te, ins[0], src, dst, int(a.channels), primfunc_name_hint="kiln_relayout")
     ]
+
+
+@lowers("Gather")
+def _gather(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    shape = ctx.in_type(node, 0).shape or ()
+    axis = int(node.attrs.axis) % len(shape)
+    idx = ctx.input_const(node, 1)
+    if idx is not None:  # negative indices count from the end
+        ind = ctx.const(np.where(idx < 0, idx + int(shape[axis]), idx).astype(np.int64))
+    else:
+        ind = ins[1]
+    return [ctx.emit(_op().take(ins[0], ind, axis))]
+
+
+@lowers("Expand")
+def _expand(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    return [ctx.emit(_op().broadcast_to(ins[0], ctx.out_shape(node)))]
+
+
+@lowers("Tile")
+def _tile(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    reps = ctx.require_const(node, 1, "repeats")
+    return [ctx.emit(_op().tile(ins[0], [int(r) for r in reps.ravel()]))]
+
+
+@lowers("Split")
+def _split(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    from tvm import relax
+
+    rank = len(ctx.in_type(node, 0).shape or ())
+    axis = int(node.attrs.axis) % rank
+    sizes = [ctx.out_shape(node, i)[axis] for i in range(node.num_outputs)]
+    cuts = [int(v) for v in np.cumsum(sizes)[:-1]]
+    parts = ctx.emit(_op().split(ins[0], cuts, axis))
+    return [ctx.emit(relax.TupleGetItem(parts, i)) for i in range(node.num_outputs)]
+
+
+@lowers("Pad")
+def _pad(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    shape_in = ctx.in_type(node, 0).shape or ()
+    rank = len(shape_in)
+    out = ctx.out_shape(node)
+    if node.attrs.mode != "constant":
+        raise ConversionError(f"{node.describe()}: Pad mode {node.attrs.mode!r} has no TVM lowering")
+    pads = ctx.require_const(node, 1, "pads").astype(np.int64).ravel()
+    axes_c = ctx.input_const(node, 3)
+    axes = [int(a) % rank for a in axes_c.ravel()] if axes_c is not None else list(range(rank))
+    width = [0] * (2 * rank)
+    for i, ax in enumerate(axes):
+        width[2 * ax], width[2 * ax + 1] = int(pads[i]), int(pads[i + len(axes)])
+    if any(w < 0 for w in width) or any(o <= 0 for o in out):
+        raise ConversionError(f"{node.describe()}: negative Pad (cropping) has no TVM lowering")
+    value = ctx.input_const(node, 2)
+    fill = float(value.reshape(())) if value is not None and value.size else 0.0
+    return [ctx.emit(_op().nn.pad(ins[0], width, "constant", fill))]
+
+
+@lowers("Dropout")
+def _dropout(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    if node.num_outputs > 1:
+        raise ConversionError(f"{node.describe()}: Dropout's mask output has no TVM lowering")
+    return [ins[0]]

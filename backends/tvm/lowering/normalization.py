@@ -1,0 +1,109 @@
+"""Normalizations and the remaining pointwise families: BatchNormalization (inference, folded to
+y = x * s + t with s = gamma / sqrt(var + eps), t = beta - mean * s), InstanceNormalization,
+LayerNormalization, PRelu, Elu, Softplus, variadic Sum/Mean."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from backends.tvm.lowering.table import LowerContext, lowers
+from compiler.errors import ConversionError
+from compiler.ir.graph import Node
+
+__all__: list[str] = []
+
+
+def _op() -> Any:
+    from tvm import relax
+
+    return relax.op
+
+
+def _per_channel(v: np.ndarray, rank: int) -> np.ndarray:
+    return v.reshape((1, -1) + (1,) * (rank - 2)).astype(np.float32)
+
+
+@lowers("BatchNormalization")
+def _batchnorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    if node.attrs.training_mode or node.num_outputs > 1:
+        raise ConversionError(f"{node.describe()}: training-mode BatchNormalization has no TVM lowering")
+    rank = len(ctx.in_type(node, 0).shape or ())
+    gamma, beta, mean, var = (
+        ctx.require_const(node, i, n) for i, n in enumerate(("scale", "B", "mean", "var"), 1)
+    )
+    s = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(node.attrs.epsilon))
+    t = beta.astype(np.float64) - mean.astype(np.float64) * s
+    op = _op()
+    y = op.add(op.multiply(ins[0], ctx.const(_per_channel(s, rank))), ctx.const(_per_channel(t, rank)))
+    return [ctx.emit(y)]
+
+
+def _normalize(ctx: LowerContext, x: Any, axes: list[int], eps: float) -> Any:
+    """(x - mean) / sqrt(var + eps) over ``axes`` (biased variance)."""
+    op = _op()
+    mu = ctx.emit(op.mean(x, axes, keepdims=True))
+    d = ctx.emit(op.subtract(x, mu))
+    var = ctx.emit(op.mean(op.multiply(d, d), axes, keepdims=True))
+    return ctx.emit(op.divide(d, op.sqrt(op.add(var, ctx.scalar(eps, "float32")))))
+
+
+@lowers("InstanceNormalization")
+def _instancenorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    rank = len(ctx.in_type(node, 0).shape or ())
+    y = _normalize(ctx, ins[0], list(range(2, rank)), float(node.attrs.epsilon))
+    op = _op()
+    scale = ctx.const(_per_channel(ctx.require_const(node, 1, "scale"), rank))
+    bias = ctx.const(_per_channel(ctx.require_const(node, 2, "B"), rank))
+    return [ctx.emit(op.add(op.multiply(y, scale), bias))]
+
+
+@lowers("LayerNormalization")
+def _layernorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    if node.num_outputs > 1:
+        raise ConversionError(
+            f"{node.describe()}: LayerNormalization's mean/inv-std outputs have no lowering"
+        )
+    rank = len(ctx.in_type(node, 0).shape or ())
+    axis = int(node.attrs.axis) % rank
+    y = _normalize(ctx, ins[0], list(range(axis, rank)), float(node.attrs.epsilon))
+    op = _op()
+    y = ctx.emit(op.multiply(y, ins[1]))
+    if len(ins) > 2 and ins[2] is not None:
+        y = ctx.emit(op.add(y, ins[2]))
+    return [y]
+
+
+@lowers("PRelu")
+def _prelu(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    op = _op()
+    zero = ctx.scalar(0.0, "float32")
+    return [ctx.emit(op.where(op.greater_equal(ins[0], zero), ins[0], op.multiply(ins[0], ins[1])))]
+
+
+@lowers("Elu")
+def _elu(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    op = _op()
+    x = ins[0]
+    neg = op.multiply(
+        ctx.scalar(float(node.attrs.alpha), "float32"), op.subtract(op.exp(x), ctx.scalar(1.0, "float32"))
+    )
+    return [ctx.emit(op.where(op.greater_equal(x, ctx.scalar(0.0, "float32")), x, neg))]
+
+
+@lowers("Softplus")
+def _softplus(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    op = _op()
+    return [ctx.emit(op.log(op.add(op.exp(ins[0]), ctx.scalar(1.0, "float32"))))]
+
+
+@lowers("Sum", "Mean")
+def _variadic(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    op = _op()
+    out = ins[0]
+    for x in ins[1:]:
+        out = ctx.emit(op.add(out, x))
+    if node.op == "Mean" and len(ins) > 1:
+        out = ctx.emit(op.divide(out, ctx.scalar(float(len(ins)), ctx.out_type(node).dtype.numpy.name)))
+    return [out]
