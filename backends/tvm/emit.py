@@ -64,9 +64,8 @@ def emit_tvm(graph: Graph, out_dir: Path, options: CompileOptions, target_name: 
     """Compile for one ``--target`` and write its library plus ``model.json``."""
     from backends.tvm.build import compile_module, export
     from backends.tvm.lower import lower_graph
-    from compiler.ir.verifier import verify
-
     from compiler.calibration.progress import Progress
+    from compiler.ir.verifier import verify
 
     target = resolve_target(target_name)
     t0 = time.perf_counter()
