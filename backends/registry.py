@@ -35,6 +35,7 @@ class Artifact:
     path: str
     precision: str = "fp32"
     details: dict[str, Any] | None = None  # backend decisions recorded in the manifest
+    unverifiable: str = ""  # why this machine cannot run the artifact (e.g. "needs a CUDA GPU")
 
 
 Emitter = Callable[["Graph", Path, "CompileOptions"], list[Artifact]]

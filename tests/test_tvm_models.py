@@ -47,7 +47,9 @@ def _feeds(stem: str) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module", params=MODEL_STEMS)
-def fp32_build(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, dict]:
+def fp32_build(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, dict]:
     stem = request.param
     out = tmp_path_factory.mktemp(f"{stem}_fp32") / "out"
     return stem, out, _compile(stem, out, int8=False)
@@ -78,12 +80,16 @@ def test_fp32_records_layouts_and_kernels(fp32_build: tuple[str, Path, dict]) ->
     assert [i["name"] for i in meta["inputs"]] == list(_feeds(stem))
 
 
-# Kiln's own interpreter on the QDQ model already differs from onnxruntime here (ties in
-# requantization flip and the badly conditioned nets amplify them); the library equals the
-# interpreter. Under investigation: strict, so a fix shows up.
+# Here even exact QDQ arithmetic differs from onnxruntime: float32 noise in ORT's float convs
+# lands values on the other side of .5 requantization ties, and these nets amplify the flips
+# (pan: ORT itself is at cosine 0.996 from a float64 evaluation of its own QDQ model; yunet's
+# integer convs give bbox_32 0.9990). test_int8_equals_kiln_reference below holds for all models,
+# and tests/test_quant_ort_parity.py shows every op bit-exact with ORT on ORT's own inputs.
 _DIVERGES = {"pan_mnv3s_skin_clothes_hair", "yunet_n_320"}
 INT8_CASES = [
-    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason="QDQ reference diverges from ORT"))
+    pytest.param(
+        s, marks=pytest.mark.xfail(strict=True, reason="tie flips amplified; ORT is no closer to exact")
+    )
     if s in _DIVERGES
     else s
     for s in MODEL_STEMS
@@ -110,5 +116,27 @@ def test_same_input_gives_identical_library(tmp_path: Path) -> None:
     stem = "yunet_n_320"
     a = _compile(stem, tmp_path / "a", int8=False)
     b = _compile(stem, tmp_path / "b", int8=False)
-    assert (tmp_path / "a" / "cpu" / "model.so").read_bytes() == (tmp_path / "b" / "cpu" / "model.so").read_bytes()
+    assert (tmp_path / "a" / "cpu" / "model.so").read_bytes() == (
+        tmp_path / "b" / "cpu" / "model.so"
+    ).read_bytes()
     assert a["artifacts"][0]["sha256"] == b["artifacts"][0]["sha256"]
+
+
+@pytest.mark.parametrize("stem", ["pan_mnv3s_skin_clothes_hair", "yunet_n_320"])
+def test_int8_equals_kiln_reference(stem: str, tmp_path: Path) -> None:
+    """The library computes exactly what Kiln's integer graph means: Kiln's interpreter on the
+    graph the backend lowered (integer QConv, blocked layouts) agrees to float noise."""
+    from backends.tvm.emit import prepare_graph
+    from backends.tvm.target import resolve_target
+    from compiler.ir.interpreter import run_graph
+    from frontends.registry import load_model
+
+    out = tmp_path / "out"
+    _compile(stem, out, int8=True, emit=("onnx",))
+    feeds = _feeds(stem)
+    graph, _ = prepare_graph(load_model(out / "model.onnx"), resolve_target("cpu"))
+    ref = run_graph(graph, feeds)
+    got = run_tvm(out / "cpu" / "model.so", feeds)
+    for name in ref:
+        m = agreement(got[name], ref[name])
+        assert m.cosine >= 0.99999 and m.max_rel <= 1e-3, f"{stem} {name}: {m}"

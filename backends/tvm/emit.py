@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.registry import Artifact
-from backends.tvm.target import TargetSpec, resolve_target
+from backends.tvm.target import TargetSpec, resolve_target, why_not_runnable_here
 
 if TYPE_CHECKING:
     from compiler.ir.graph import Graph
@@ -102,4 +102,4 @@ def emit_tvm(graph: Graph, out_dir: Path, options: CompileOptions, target_name: 
         "metadata": f"{_target_dir(target.name)}/{META}",
     }
     rel = f"{_target_dir(target.name)}/{LIBRARY}"
-    return [Artifact("tvm", target.name, rel, options.precision, details)]
+    return [Artifact("tvm", target.name, rel, options.precision, details, why_not_runnable_here(target))]

@@ -120,3 +120,17 @@ def resolve_target(name: str) -> TargetSpec:
             raise OptionError(f"--target {name!r}: CUDA arch must look like sm_80 or sm_90 (sm_61 or newer)")
         return TargetSpec(name if ":" in name else "cuda", "cuda", 32, "dp4a", arch=arch, num_cores=1)
     raise OptionError(f"--target {name!r}: unknown target (choose from {', '.join(TARGET_NAMES)}[:sm_XX])")
+
+
+def why_not_runnable_here(spec: TargetSpec, flags: set[str] | None = None) -> str:
+    """Why this machine cannot execute ``spec``'s artifacts ("" if it can)."""
+    if spec.kind == "cuda":
+        return "needs a CUDA GPU (scripts/gpu_check.sh runs it where one is lent)"
+    if spec.is_arm:
+        return "aarch64 library: run it on a board or the emulator over TVM RPC (kiln run --rpc)"
+    f = _cpu_flags() if flags is None else flags
+    need = {"avx512f", "avx512bw", "avx512vl"} if spec.lanes == 16 else {"avx2", "fma"}
+    if spec.int8_dot == "vnni":
+        need.add("avx512_vnni")
+    missing = sorted(need - f)
+    return f"this CPU lacks {', '.join(missing)}" if missing else ""
