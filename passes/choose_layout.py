@@ -555,3 +555,11 @@ class ChooseLayout(Pass):
             simplify_transforms(graph, rw)
         ctx.near_misses.extend(st.misses)
         return rw.result
+
+
+def record_layouts(graph: Graph, lanes: int) -> list[dict[str, Any]]:
+    """The decisions choose-layout records for a runtime with fixed ``lanes``-channel blocks
+    (MNN's NC4HW4: 4, CANN's NC1HWC0: 16), computed on a clone; ``graph`` is not changed."""
+    trial = graph.clone()
+    ChooseLayout(lanes=lanes, blocks=(lanes,), mode="record").run(trial, PassContext())
+    return layout_decisions(trial)

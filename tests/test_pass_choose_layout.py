@@ -345,3 +345,20 @@ def test_shared_model_blocked_matches_onnxruntime(stem: str) -> None:
         assert_close(got[name], expected, rtol=0.0, atol=1e-4 * scale, what=f"{stem}:{name}")
         assert_close(got[name], before[name], rtol=1e-6, atol=1e-6 * scale, what=f"{stem}:{name}")
     assert not run_passes(graph, [ChooseLayout()]).changed
+
+
+def test_record_layouts_for_mnn_and_cann_leaves_graph_alone() -> None:
+    from compiler.ir import print_graph
+    from frontends.onnx.loader import load_onnx
+    from passes.choose_layout import record_layouts
+    from tests.helpers.models import conv_bn_relu
+
+    g = load_onnx(conv_bn_relu())
+    before = print_graph(g)
+    mnn = record_layouts(g, 4)
+    cann = record_layouts(g, 16)
+    assert print_graph(g) == before
+    assert [(d["data_layout"], d["out_layout"]) for d in mnn] == [("NCHW4c", "NCHW4c")]
+    assert [(d["data_layout"], d["out_layout"], d["weight_layout"]) for d in cann] == [
+        ("NCHW16c", "NCHW16c", "OIHW16i16o")
+    ]

@@ -36,7 +36,9 @@ def om_bytes(graph: Graph, options: CannOptions | None = None) -> bytes:
 def emit_cann(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artifact]:
     """Write the optimized (fp32 or int8 QDQ) graph as ``model.om`` into the output directory."""
     cann = options.cann or CannOptions()
+    from passes.choose_layout import record_layouts
+
     (out_dir / MODEL_FILE).write_bytes(om_bytes(graph, cann))
-    return [
-        Artifact(kind="cann", target=f"ascend ({cann.schema})", path=MODEL_FILE, precision=options.precision)
-    ]
+    details = {"layout": "NC1HWC0", "layouts": record_layouts(graph, 16)}
+    target = f"ascend ({cann.schema})"
+    return [Artifact("cann", target, MODEL_FILE, options.precision, details)]

@@ -46,4 +46,7 @@ def emit_mnn(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artif
     # so the artifact is judged with the int8 tolerance, like the QDQ ONNX model.
     full_int8 = options.quant is not None and options.quant.mode == "int8"
     precision = "int8" if full_int8 else mnn.precision
-    return [Artifact(kind="mnn", target="mnn", path=MODEL_FILE, precision=precision)]
+    from passes.choose_layout import record_layouts
+
+    details = {"layout": "NC4HW4", "layouts": record_layouts(graph, 4)}
+    return [Artifact(kind="mnn", target="mnn", path=MODEL_FILE, precision=precision, details=details)]
