@@ -2,7 +2,7 @@
 #
 #   make venv    create .venv and install Kiln with its test extras (re-runs when pyproject.toml changes)
 #   make demo    train the bundled digits CNN, compile it with kiln, compare accuracies
-#   make test    run the test suite (needs node >= 18 for the Netron check)
+#   make test    run the test suite (needs node >= 18 for the Netron check; sets up the aarch64 emulator)
 #   make lint    ruff + mypy
 #   make clean   remove demo output and caches (make distclean also removes .venv)
 
@@ -15,7 +15,7 @@ DEPS_HASH := $(shell (sha256sum pyproject.toml 2>/dev/null || shasum -a 256 pypr
 STAMP := $(VENV)/.stamp-$(DEPS_HASH)
 DEMO := demo-out
 
-.PHONY: venv demo test lint node clean distclean
+.PHONY: venv demo test lint node arm clean distclean
 
 venv: $(STAMP)
 
@@ -34,8 +34,13 @@ demo: venv
 	$(PY) -m examples.digits.accuracy --holdout $(DEMO)/example/digits_holdout.npz \
 		$(DEMO)/example/digits_cnn.onnx $(DEMO)/compiled/model.onnx $(DEMO)/compiled-int8/model.onnx
 
-test: venv lint node
+test: venv lint node arm
 	$(PY) -m pytest -q
+
+# The ARM tests run aarch64 libraries under qemu over TVM RPC: scripts/setup_arm.sh installs qemu
+# and the cross toolchain (apt, as root) and an aarch64 Python with the TVM runtime into .arm/.
+arm: venv
+	PIP=$(BIN)/pip bash scripts/setup_arm.sh
 
 # The CANN tests run Netron's .om reader headless under Node.js (tests/helpers/netron_check.mjs).
 node:

@@ -29,6 +29,7 @@ __all__ = [
     "BenchReport",
     "interleaved",
     "bench_artifact",
+    "bench_remote",
     "ort_session",
     "runner_callable",
     "random_feeds_for",
@@ -167,9 +168,10 @@ class BenchReport:
     def summary(self) -> str:
         """The human-readable lines ``kiln bench`` prints."""
         thr = "thread" if self.threads == 1 else "threads"
+        where = f"{self.threads} {thr}" if self.threads else "the device's default threads"
         lines = [
             f"{self.artifact}: median {self.median_ms:.3f} ms (p10 {self.p10_ms:.3f}, p90 {self.p90_ms:.3f}; "
-            f"{self.rounds} rounds, {self.threads} {thr})"
+            f"{self.rounds} rounds, {where})"
         ]
         if self.vs is not None and self.ort_median_ms is not None and self.ratio_vs is not None:
             lines.append(
@@ -255,4 +257,32 @@ def bench_artifact(
         vs=None if vs is None else str(vs),
         ort_median_ms=None if o is None else ms(o.median_s),
         ratio_vs=None if o is None else k.median_s / o.median_s,
+    )
+
+
+def bench_remote(
+    artifact: Path, feeds: Mapping[str, np.ndarray] | None, rpc: str, rounds: int = 30
+) -> BenchReport:
+    """Time ``artifact`` on a remote device (``--rpc HOST:PORT`` or ``tracker:HOST:PORT:KEY``).
+
+    The device times each run itself; the median is over ``rounds`` runs after one warm-up.
+    """
+    from backends.tvm.rpc import RpcAddress, time_remote
+
+    addr = RpcAddress.parse(rpc)
+    if feeds is None:
+        feeds = random_feeds_for(Path(artifact))
+    secs = sorted(time_remote(Path(artifact), feeds, addr, rounds))
+
+    def pct(q: float) -> float:
+        return float(np.percentile(secs, q)) * 1e3
+
+    return BenchReport(
+        artifact=f"{artifact} (on {addr})",
+        threads=0,
+        rounds=rounds,
+        median_ms=pct(50),
+        p10_ms=pct(10),
+        p90_ms=pct(90),
+        cpu_median_ms=float("nan"),
     )

@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("artifact", type=Path)
     run.add_argument("--inputs", type=Path, required=True)
     run.add_argument("-o", "--output", type=Path, required=True, metavar="Y.npz")
+    run.add_argument(
+        "--rpc", metavar="HOST:PORT", help="run a TVM library on a remote device (or tracker:HOST:PORT:KEY)"
+    )
 
     bench = sub.add_parser("bench", help="time an artifact (median latency), optionally against onnxruntime")
     bench.add_argument("artifact", type=Path)
@@ -91,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--vs", type=Path, metavar="MODEL.onnx", help="also time onnxruntime, interleaved")
     bench.add_argument("--rounds", type=int, default=30, help="timed rounds (median reported)")
     bench.add_argument("--json", action="store_true", help="print the result as JSON")
+    bench.add_argument(
+        "--rpc", metavar="HOST:PORT", help="time a TVM library on a remote device (or tracker:HOST:PORT:KEY)"
+    )
     return p
 
 
@@ -340,7 +346,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from compiler.errors import ModelFileError
 
         raise ModelFileError(f"{args.artifact}: artifact not found")
-    outs = run_artifact(args.artifact, load_inputs(args.inputs))
+    if args.rpc:
+        from backends.tvm.rpc import RpcAddress, run_remote
+
+        outs = run_remote(args.artifact, load_inputs(args.inputs), RpcAddress.parse(args.rpc))
+    else:
+        outs = run_artifact(args.artifact, load_inputs(args.inputs))
     with atomic_output_file(args.output) as tmp, open(tmp, "wb") as f:
         np.savez(f, **outs)  # type: ignore[arg-type]
     for k, v in outs.items():
@@ -368,7 +379,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from compiler.input_spec import load_inputs
 
         feeds = load_inputs(args.inputs)
-    report = bench_artifact(args.artifact, feeds, args.threads, args.vs, args.rounds)
+    if args.rpc:
+        from compiler.bench import bench_remote
+
+        if args.vs is not None:
+            raise OptionError("--vs times onnxruntime in the same process; it does not combine with --rpc")
+        report = bench_remote(args.artifact, feeds, args.rpc, args.rounds)
+    else:
+        report = bench_artifact(args.artifact, feeds, args.threads, args.vs, args.rounds)
     if args.json:
         print(json.dumps(report.as_json(), indent=2, sort_keys=True))
     else:

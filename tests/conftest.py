@@ -17,3 +17,6 @@ def shared_dir() -> Path:
     """The read-only ../shared folder; fails loudly when missing."""
     assert SHARED.is_dir(), f"../shared is missing (expected at {SHARED}); CI must provide it"
     return SHARED
+
+
+from tests.helpers.arm_rpc import arm_rpc  # noqa: E402, F401 - session fixture: the emulated aarch64 RPC server

@@ -46,24 +46,56 @@ def qconv2d_name(spec: QConv2dSpec, target: TargetSpec) -> str:
 
 
 def _fence(x: Any) -> Any:
-    """``x`` behind ``llvm.arithmetic.fence``: rounded on its own, never fused into a neighbouring FMA."""
+    """``x`` behind ``llvm.arithmetic.fence``: rounded on its own, never fused into a neighbouring FMA.
+
+    The call carries ``x``'s own (scalar or vector) type: TVM's vectorizer cannot widen an LLVM intrinsic
+    call, so vector epilogues build the fence on whole vectors (see :func:`_vector_epilogue`).
+    """
     from tvm import tirx
 
-    return tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", x)
+    return tirx.call_llvm_pure_intrin(str(x.ty), "llvm.arithmetic.fence", x)
+
+
+def _f32(v: float) -> Any:
+    from tvm import tirx
+
+    return tirx.const(float(v), "float32")
 
 
 def _activation(x: Any, spec: QConv2dSpec) -> Any:
     """ONNX activation math; hard_sigmoid/hard_swish fence ``alpha*x`` so it rounds before ``+ beta``."""
-    from tvm import te, tirx
-
-    def f32(v: float) -> Any:
-        return tirx.const(float(v), "float32")
+    from tvm import te
 
     if spec.activation in ("hard_sigmoid", "hard_swish"):
         alpha, beta = (spec.alpha, spec.beta) if spec.activation == "hard_sigmoid" else (1.0 / 6.0, 0.5)
-        gate = te.max(f32(0.0), te.min(f32(1.0), _fence(x * f32(alpha)) + f32(beta)))
+        gate = te.max(_f32(0.0), te.min(_f32(1.0), _fence(x * _f32(alpha)) + _f32(beta)))
         return gate if spec.activation == "hard_sigmoid" else x * gate
     return activation_expr(x, spec.activation, spec.alpha, spec.beta)
+
+
+def _needs_fence(spec: QConv2dSpec) -> bool:
+    """Whether the epilogue holds a fenced product (then it is vectorized by hand)."""
+    return spec.residual or spec.activation in ("hard_sigmoid", "hard_swish")
+
+
+def _epilogue_value(acc: Any, bias: Any, mult: Any, res: Any, spec: QConv2dSpec, lanes: int) -> Any:
+    """The requantize epilogue on loaded values (all scalars, or all ``lanes``-wide vectors)."""
+    from tvm import te, tirx
+
+    def dt(base: str) -> str:
+        return base if lanes == 1 else f"{base}x{lanes}"
+
+    real = tirx.Cast(dt("float32"), acc + bias) * mult
+    if res is not None:
+        r = tirx.Cast(dt("int32"), res) - tirx.const(spec.r_zero, "int32")
+        # fences keep LLVM from contracting a*b + c*d into an FMA (the reference rounds each product)
+        real = _fence(real) + _fence(tirx.Cast(dt("float32"), r) * _f32(spec.r_scale))
+    real = _activation(real, spec)
+    if spec.out_dtype == "float32":
+        return real
+    qmin, qmax = QUANT_RANGES[spec.out_dtype]
+    q = tirx.nearbyint(real / _f32(spec.y_scale)) + _f32(spec.y_zero)
+    return tirx.Cast(dt(spec.out_dtype), te.max(te.min(q, _f32(qmax)), _f32(qmin)))
 
 
 def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
@@ -136,29 +168,54 @@ def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
             name="conv",
         )
 
-    def f32(v: float) -> Any:
-        return tirx.const(float(v), "float32")
-
     def epi_body(n: Any, oc: Any, oh: Any, ow: Any, bo: Any) -> Any:
         if kind == "avx2":
             acc = conv[n, oc, oh, ow, bo * 2] + conv[n, oc, oh, ow, bo * 2 + 1]
         else:
             acc = conv[n, oc, oh, ow, bo]
-        real = (acc + bias[oc, bo]).astype("float32") * mult[oc, bo]
-        if res is not None:
-            r = res[n, oc, oh, ow, bo].astype("int32") - tirx.const(spec.r_zero, "int32")
-            # fences keep LLVM from contracting a*b + c*d into an FMA (the reference rounds each product)
-            real = _fence(real) + _fence(r.astype("float32") * f32(spec.r_scale))
-        real = _activation(real, spec)
-        if spec.out_dtype == "float32":
-            return real
-        qmin, qmax = QUANT_RANGES[spec.out_dtype]
-        q = tirx.nearbyint(real / f32(spec.y_scale)) + f32(spec.y_zero)
-        return te.max(te.min(q, f32(qmax)), f32(qmin)).astype(spec.out_dtype)
+        r = res[n, oc, oh, ow, bo] if res is not None else None
+        return _epilogue_value(acc, bias[oc, bo], mult[oc, bo], r, spec, 1)
 
     out = te.compute(spec.out_shape, epi_body, name="epilogue")
     args = [data, weight, bias, mult, *([res] if res is not None else []), out]
     return args, conv
+
+
+def _vectorize_epilogue(sch: Any, spec: QConv2dSpec, kind: str) -> None:
+    """Vectorize the epilogue over the output block.
+
+    TVM's vectorizer scalarizes LLVM intrinsic calls (the fences), which leaves the whole epilogue scalar;
+    fenced epilogues are therefore written by hand on ``out_block``-wide vectors (same ops, same order).
+    """
+    from tvm import tirx
+
+    from backends.tvm.kernels.x86_int8_dot import region_min, replace_block_body
+
+    inner = sch.get_loops(sch.get_sblock("epilogue"))[-1]
+    if not _needs_fence(spec):
+        sch.vectorize(inner)
+        return
+    block_rv = sch.blockize(inner)
+    block = sch.get(block_rv)
+    lanes = spec.out_block
+    reads = {r.source.name: r.source for r in block.reads}
+    reads["conv"] = next(buf for name, buf in reads.items() if name.startswith("conv"))  # conv_local
+
+    def load(name: str, stride: int = 1, offset: int = 0) -> Any:
+        buf = reads[name]
+        idx = region_min(block, buf)
+        return tirx.BufferLoad(buf, [*idx[:-1], tirx.Ramp(idx[-1] + offset, stride, lanes)])
+
+    acc = load("conv", 2) + load("conv", 2, 1) if kind == "avx2" else load("conv")
+    res = load("residual") if spec.residual else None
+    value = _epilogue_value(acc, load("bias"), load("multiplier"), res, spec, lanes)
+    out = block.writes[0].source
+    o_idx = region_min(block, out, writes=True)
+    store = tirx.BufferStore(out, value, [*o_idx[:-1], tirx.Ramp(o_idx[-1], 1, lanes)])
+    replace_block_body(sch, block_rv, store)
+
+
+_MAX_LOCAL_BYTES = 1024  # TVM's largest stack allocation; bigger "local" buffers go to the workspace pool
 
 
 def _tile(spec: QConv2dSpec, kind: str) -> tuple[int, int]:
@@ -168,6 +225,10 @@ def _tile(spec: QConv2dSpec, kind: str) -> tuple[int, int]:
     budget = {"vnni": 24, "avx2": 12}.get(kind, 8)
     oc_in = 2 if spec.out_chunks % 2 == 0 and 2 * regs_per_block * 2 <= budget else 1
     ow_max = max(1, budget // (oc_in * regs_per_block))
+    # the int32 accumulator tile stays <= 1 KiB: TVM allocates bigger local buffers from the workspace
+    # pool (a TVMBackendAllocWorkspace/FreeWorkspace pair around every tile)
+    pixel_bytes = oc_in * spec.out_block * 4 * (2 if kind == "avx2" else 1)
+    ow_max = max(1, min(ow_max, _MAX_LOCAL_BYTES // pixel_bytes))
     ow = spec.out_w
     divisors = [d for d in range(1, min(ow, ow_max) + 1) if ow % d == 0]
     best = max(divisors)
@@ -214,8 +275,7 @@ def _schedule_general(sch: Any, spec: QConv2dSpec, kind: str) -> None:
         sch.vectorize(bo)
     init = sch.decompose_reduction(conv, icc)
     sch.vectorize(sch.get_loops(init)[-1])
-    e_loops = sch.get_loops(epi)
-    sch.vectorize(e_loops[-1])
+    _vectorize_epilogue(sch, spec, kind)
     if kind in ("vnni", "avx2"):
         dot = sch.blockize(bo)
         manual_tensorize(sch, dot, "pad" if any(spec.pads) else "data", "weight", kind, spec.out_block)
@@ -235,7 +295,7 @@ def _schedule_depthwise(sch: Any, spec: QConv2dSpec) -> None:
     sch.vectorize(b)
     init = sch.decompose_reduction(conv, kh)
     sch.vectorize(sch.get_loops(init)[-1])
-    sch.vectorize(sch.get_loops(epi)[-1])
+    _vectorize_epilogue(sch, spec, "depthwise")
 
 
 def qconv2d_kernel(spec: QConv2dSpec, target: TargetSpec) -> Kernel:

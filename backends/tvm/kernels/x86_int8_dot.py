@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["manual_tensorize", "vnni_body", "avx2_body"]
+__all__ = ["manual_tensorize", "vnni_body", "avx2_body", "region_min", "replace_block_body"]
 
 
 def _vec_index(indices: list[Any], lanes: int) -> list[Any]:
@@ -25,7 +25,8 @@ def _vec_index(indices: list[Any], lanes: int) -> list[Any]:
     return [*indices[:-1], tirx.Ramp(indices[-1], 1, lanes)]
 
 
-def _region(block: Any, buf: Any, writes: bool = False) -> list[Any]:
+def region_min(block: Any, buf: Any, writes: bool = False) -> list[Any]:
+    """The first index of ``buf``'s read (or write) region in ``block``."""
     regions = block.writes if writes else block.reads
     for r in regions:
         if r.source.same_as(buf):
@@ -92,17 +93,22 @@ def manual_tensorize(
     The block writes the accumulator (region min = first output element of the block), reads the
     4 activation bytes of ``data_buf_name`` and the ``4 * ob`` weight bytes of ``weight_buf_name``.
     """
-    from tvm.s_tir.stmt import SBlock
-
     block = sch.get(block_rv)
     c_buf = block.writes[0].source
     a_buf = next(r.source for r in block.reads if r.source.name == data_buf_name)
     w_buf = next(r.source for r in block.reads if r.source.name == weight_buf_name)
-    c_idx = _region(block, c_buf, writes=True)
-    a_idx = _region(block, a_buf)
-    w_idx = _region(block, w_buf)
+    c_idx = region_min(block, c_buf, writes=True)
+    a_idx = region_min(block, a_buf)
+    w_idx = region_min(block, w_buf)
     build = vnni_body if kind == "vnni" else avx2_body
-    body = build(c_buf, c_idx, a_buf, a_idx, w_buf, w_idx, ob)
+    replace_block_body(sch, block_rv, build(c_buf, c_idx, a_buf, a_idx, w_buf, w_idx, ob))
+
+
+def replace_block_body(sch: Any, block_rv: Any, body: Any) -> None:
+    """Swap the body of ``block_rv`` (iter vars, regions and annotations kept) via ``sch.state.replace``."""
+    from tvm.s_tir.stmt import SBlock
+
+    block = sch.get(block_rv)
     new_block = SBlock(
         block.iter_vars,
         block.reads,
