@@ -1,4 +1,9 @@
-"""Lifters: one function per MNN op type, turning an MNN op into Kiln IR nodes."""
+"""Lifters: one function per MNN op type, turning an MNN op into Kiln IR nodes.
+
+Shape arithmetic that MNN's converter leaves in files (Shape/Rank -> BinaryOp -> SliceTf ->
+Concat -> Reshape) is folded while reading: a node whose inputs are all constants becomes a
+constant (Kiln's shapes are static after import), so shape consumers see constant inputs.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,46 @@ import numpy as np
 from backends.mnn.generated import MNN_generated as M
 from backends.mnn.idst import decode
 from backends.mnn.weights import QuantizedWeights, dequantize_weights
+from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Value
 from compiler.ir.types import DType, TensorType
+from compiler.ops.registry import get_op
 from frontends.mnn.reader import DTYPES, MnnReadError, Reader, ints, lifter, op_name, param
 
 __all__: list[str] = []
+
+
+def _node(
+    r: Reader, op_type: str, inputs: list[Value | None], attrs: Any, op: Any, out: int, domain: str = ""
+) -> None:
+    """``r.node`` that folds to a constant when every input is a constant (numpy reference)."""
+    r.node(op_type, inputs, attrs, op, out, domain)
+    args = [None if v is None else r.g.const_value(v) for v in inputs]
+    if not inputs or any(a is None for v, a in zip(inputs, args, strict=True) if v is not None):
+        return
+    v = r.values.pop(out)
+    n = r.g.node(v.node)
+    arr = get_op(n.op, n.domain).reference(args, n.attrs, 1)[0]
+    r.consts[out] = np.asarray(arr, n.output_types[0].dtype.numpy)
+    r.g.remove(n)
+    for c in inputs:
+        if c is not None and not r.g.users(c) and not r.g.is_output(c) and r.g.has_node(c.node):
+            r.g.remove(r.g.node(c.node))
+            r.values = {k: x for k, x in r.values.items() if x.node != c.node}
+
+
+def _is_const(r: Reader, idx: int) -> bool:
+    return idx in r.consts or (idx in r.values and r.g.const_value(r.values[idx]) is not None)
+
+
+def _shape(r: Reader, idx: int, what: str, op: Any) -> tuple[int, ...]:
+    shape = r.consts[idx].shape if idx in r.consts else r.value(idx).type.shape
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        raise MnnReadError(f"{what} {op_name(op)!r}: the input shape must be static")
+    return tuple(int(d) for d in shape)
+
+
+def _const_in(r: Reader, op: Any, arr: np.ndarray, tag: str) -> Value:
+    return r.g.add_constant(np.ascontiguousarray(arr), f"{op_name(op)}_{tag}")
 
 
 @lifter("Input")
@@ -57,7 +98,13 @@ def _const(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
 
 @lifter("ConvertTensor")
 def _convert(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
-    r.set(outs[0], r.value(ins[0]))
+    """A layout change only; a listed graph output keeps its name on the op that computes it."""
+    v = r.value(ins[0])
+    n, name = r.g.node(v.node), r.tname(outs[0])
+    listed = {(r.net.OutputName(k) or b"").decode() for k in range(r.net.OutputNameLength())}
+    if name in listed and n.op not in (INPUT_OP, CONSTANT_OP) and not r.g.has_name(name):
+        r.g.rename(v, name)
+    r.set(outs[0], v)
 
 
 def _conv_weights(r: Reader, op: Any, p: Any, oc: int) -> tuple[np.ndarray, np.ndarray]:
@@ -202,7 +249,7 @@ def _eltwise(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
 @lifter("Concat")
 def _concat(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
     axis = param(op, M.Axis).Axis() if op.Main() is not None else 0
-    r.node("Concat", [r.value(i) for i in ins], {"axis": axis}, op, outs[0])
+    _node(r, "Concat", [r.value(i) for i in ins], {"axis": axis}, op, outs[0])
 
 
 @lifter("Softmax")
@@ -214,7 +261,7 @@ def _softmax(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
 @lifter("Permute")
 def _permute(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
     p = param(op, M.Permute)
-    r.node("Transpose", [r.value(ins[0])], {"perm": tuple(ints(p.DimsAsNumpy()))}, op, outs[0])
+    _node(r, "Transpose", [r.value(ins[0])], {"perm": tuple(ints(p.DimsAsNumpy()))}, op, outs[0])
 
 
 @lifter("Reshape")
@@ -225,7 +272,7 @@ def _reshape(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
         p = param(op, M.Reshape)
         shape = np.asarray(ints(p.DimsAsNumpy()) if p.DimsLength() else [], np.int64)
     sv = r.g.add_constant(shape, f"{op_name(op)}_shape")
-    r.node("Reshape", [r.value(ins[0]), sv], None, op, outs[0])
+    _node(r, "Reshape", [r.value(ins[0]), sv], None, op, outs[0])
 
 
 _BINARY = {
@@ -237,6 +284,14 @@ _BINARY = {
     M.BinaryOpOperation.POW: "Pow",
     M.BinaryOpOperation.MAXIMUM: "Max",
     M.BinaryOpOperation.MINIMUM: "Min",
+    M.BinaryOpOperation.GREATER: "Greater",
+    M.BinaryOpOperation.LESS: "Less",
+    M.BinaryOpOperation.EQUAL: "Equal",
+}
+_BINARY_CONST = {  # no Kiln op: only folded (shape arithmetic), C-style integer remainder as MNN's MOD
+    M.BinaryOpOperation.MOD: np.fmod,
+    M.BinaryOpOperation.FLOORMOD: np.mod,
+    M.BinaryOpOperation.FLOORDIV: np.floor_divide,
 }
 
 
@@ -244,6 +299,11 @@ _BINARY = {
 def _binary(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
     p = param(op, M.BinaryOp)
     kind = _BINARY.get(p.OpType())
+    fn = _BINARY_CONST.get(p.OpType())
+    if fn is not None and len(ins) == 2 and all(_is_const(r, i) for i in ins):
+        a0, b0 = (r.const(i) for i in ins)
+        r.consts[outs[0]] = np.asarray(fn(a0, b0), np.result_type(a0, b0))
+        return
     if kind is None or len(ins) != 2:
         raise MnnReadError(
             f"BinaryOp {op_name(op)!r}: unsupported operation {p.OpType()} or arity {len(ins)}"
@@ -253,7 +313,7 @@ def _binary(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
         y = r.g.value(r.g.add_node(kind, [a, b], name=f"{op_name(op)}__pre_relu"))
         r.node("Relu", [y], None, op, outs[0])
     elif p.ActivationType() == 0:
-        r.node(kind, [a, b], None, op, outs[0])
+        _node(r, kind, [a, b], None, op, outs[0])
     else:
         raise MnnReadError(f"BinaryOp {op_name(op)!r}: unsupported activationType {p.ActivationType()}")
 
@@ -280,7 +340,7 @@ def _unary(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
     kind = _UNARY.get(p.OpType())
     if kind is None:
         raise MnnReadError(f"UnaryOp {op_name(op)!r}: unsupported operation {p.OpType()}")
-    r.node(kind, [r.value(ins[0])], None, op, outs[0])
+    _node(r, kind, [r.value(ins[0])], None, op, outs[0])
 
 
 @lifter("Sigmoid")
@@ -370,6 +430,11 @@ def _interp(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
 @lifter("StridedSlice")
 def _strided_slice(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
     p = param(op, M.StridedSliceParam)
+    if p.FromType() == 1:  # ONNX form: x, starts, ends[, axes[, steps]]
+        args = [np.asarray(r.const(i), np.int64).reshape(-1) for i in ins[1:]]
+        cv = [_const_in(r, op, a, k) for a, k in zip(args, ("starts", "ends", "axes", "steps"), strict=False)]
+        _node(r, "Slice", [r.value(ins[0]), *cv], None, op, outs[0])
+        return
     if len(ins) != 4:
         raise MnnReadError(f"StridedSlice {op_name(op)!r}: expected 4 inputs, got {len(ins)}")
     if p.EllipsisMask() or p.NewAxisMask() or p.ShrinkAxisMask():
@@ -389,7 +454,4 @@ def _strided_slice(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
         r.g.add_constant(np.asarray(v, np.int64), f"{op_name(op)}_{k}")
         for k, v in (("starts", starts), ("ends", ends), ("axes", list(range(len(begin)))), ("steps", stride))
     ]
-    r.node("Slice", [x, *consts], None, op, outs[0])
-
-
-# ------------------------------------------------------------------------- entry
+    _node(r, "Slice", [x, *consts], None, op, outs[0])

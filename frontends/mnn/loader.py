@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from backends.mnn.external import check_side_file
 from compiler.errors import KilnError, ModelFileError
 from compiler.ir.graph import Graph
-from frontends.mnn import lifters  # noqa: F401  (registers the op lifters)
+from frontends.mnn import lifters, lifters_converter, lifters_tfquant  # noqa: F401  (registers the op lifters)
 from frontends.mnn.reader import MnnReadError, Reader
 from frontends.model_file import read_model_bytes
 

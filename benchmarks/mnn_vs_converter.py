@@ -1,0 +1,173 @@
+"""Benchmark: Kiln's ``.mnn`` files against MNN's own converter on the same ONNX models (issue 5).
+
+Usage, from the repository root (../shared must hold the developer models)::
+
+    .venv/bin/python benchmarks/mnn_vs_converter.py                     # every model, 30 rounds
+    .venv/bin/python benchmarks/mnn_vs_converter.py --models yunet_n_320 --rounds 20
+
+For each model four files are made from the same ONNX: Kiln (``compile_model`` with
+``emit=("mnn",)`` and ``MnnOptions(weights="fp32")`` / ``MnnOptions(weights="int8")``) and MNN's
+converter library (plain fp32, and ``--weightQuantBits 8``, its weight-only int8), called through
+``tests.helpers.mnn_convert`` (never the telemetry-sending console script). Printed per model:
+
+* size: file bytes (plus any ``.weight`` side file), and the ratio Kiln / converter;
+* latency: MNN's runtime (Module API, CPU, 1 thread, fp32 "high" precision, MNN's default
+  Winograd setting), all four files loaded in this one process and run interleaved (one forward
+  of each per round, after warm-up runs), median over ``--rounds`` rounds, and the ratio Kiln / converter;
+* agreement: max |MNN - onnxruntime| / max |onnxruntime| over the outputs, per file (run with
+  the Winograd level 0 that Kiln's checks use, so the kernels' own tile error does not hide a file's).
+
+Ratios below 1 favour Kiln.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from backends.mnn.options import MnnOptions  # noqa: E402
+from backends.mnn.runtime import run_mnn  # noqa: E402
+from compiler.driver import compile_model  # noqa: E402
+from compiler.options import CompileOptions  # noqa: E402
+from tests.helpers.mnn_convert import onnx_to_mnn  # noqa: E402
+
+__all__ = ["main", "make_files", "latencies", "agreement"]
+
+STEMS = ["pan_mnv3s_skin_clothes_hair", "ppocr_mobile_v2_cls", "ultraface_rfb320", "yunet_n_320"]
+SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
+FILES = ("kiln fp32", "conv fp32", "kiln int8", "conv int8")
+
+
+def make_files(model: Path, shapes: Mapping[str, tuple[int, ...]], work: Path) -> dict[str, Path]:
+    """The four .mnn files of one model (Kiln fp32/int8, converter fp32/int8)."""
+    out: dict[str, Path] = {}
+    for weights in ("fp32", "int8"):
+        d = work / f"kiln_{weights}"
+        opts = CompileOptions(
+            model=model,
+            out_dir=d,
+            emit=("mnn",),
+            input_shapes=dict(shapes),
+            verify=False,
+            progress=False,
+            mnn=MnnOptions(weights=weights),
+        )
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            compile_model(opts)
+        out[f"kiln {weights}"] = d / "model.mnn"
+    out["conv fp32"] = onnx_to_mnn(model, work / "conv_fp32.mnn")
+    out["conv int8"] = onnx_to_mnn(model, work / "conv_int8.mnn", "--weightQuantBits", "8")
+    return out
+
+
+def file_bytes(path: Path) -> int:
+    """The model's bytes, its external ``.weight`` side file included."""
+    side = path.with_name(path.name + ".weight")
+    return path.stat().st_size + (side.stat().st_size if side.is_file() else 0)
+
+
+def _load(path: Path) -> tuple[object, list[str]]:
+    import MNN
+
+    rt = MNN.nn.create_runtime_manager(({"backend": 0, "numThread": 1, "precision": "high"},))
+    module = MNN.nn.load_module_from_file(str(path), [], [], runtime_manager=rt)
+    return module, list(module.get_info()["inputNames"])
+
+
+def latencies(files: Mapping[str, Path], feeds: Mapping[str, np.ndarray], rounds: int) -> dict[str, float]:
+    """Median ms of one forward (+ reading the outputs) per file, the files interleaved in each round."""
+    import MNN
+
+    ex = MNN.expr
+    runs = {}
+    for key, path in files.items():
+        module, names = _load(path)
+        arrays = [np.ascontiguousarray(feeds[n], np.float32) for n in names]
+        args = [ex.const(a, list(a.shape), ex.NCHW, ex.float) for a in arrays]
+        runs[key] = (module, args, arrays)
+
+    def once(key: str) -> float:
+        module, args, _ = runs[key]
+        t0 = time.perf_counter()
+        outs = module.forward(args)  # type: ignore[attr-defined]
+        for o in outs if isinstance(outs, list | tuple) else [outs]:
+            o.read()
+        return time.perf_counter() - t0
+
+    for _ in range(3):
+        for key in runs:
+            once(key)
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(rounds):
+        for key in runs:
+            times[key].append(once(key))
+    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+
+
+def agreement(path: Path, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]) -> float:
+    """max |MNN - ref| / max |ref| over the reference outputs (matched by name)."""
+    got = run_mnn(path, feeds)
+    worst = 0.0
+    for name, want in ref.items():
+        g = got[name].reshape(want.shape).astype(np.float64)
+        worst = max(worst, float(np.abs(g - want).max() / max(float(np.abs(want).max()), 1e-30)))
+    return worst
+
+
+def _ort(model: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    s = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, dict(feeds)), strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print one block per model."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the ../shared folder")
+    p.add_argument("--models", nargs="+", default=STEMS, metavar="STEM")
+    p.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds (median reported)")
+    args = p.parse_args(argv)
+    logging.disable(logging.WARNING)
+    head = f"{'model':<28} {'file':<10} {'KiB':>9} {'size k/c':>9} {'ms':>8} {'time k/c':>9} {'max rel':>9}"
+    print(head)
+    print("-" * len(head))
+    with tempfile.TemporaryDirectory(prefix="kiln-mnnconv-") as tmp:
+        for stem in args.models:
+            model = args.shared / "models" / f"{stem}.onnx"
+            with np.load(args.shared / "models" / "data" / f"{stem}.npz") as z:
+                feeds = {k: z[k].astype(np.float32) for k in z.files}
+            files = make_files(model, SHAPES.get(stem, {}), Path(tmp) / stem)
+            ref = _ort(model, feeds)
+            ms = latencies(files, feeds, args.rounds)
+            for key in FILES:
+                other = "conv" + key[4:] if key.startswith("kiln") else None
+                size = file_bytes(files[key])
+                size_r = f"{size / file_bytes(files[other]):9.3f}" if other else " " * 9
+                time_r = f"{ms[key] / ms[other]:9.3f}" if other else " " * 9
+                rel = agreement(files[key], feeds, ref)
+                print(
+                    f"{stem:<28} {key:<10} {size / 1024:9.1f} {size_r} {ms[key]:8.2f} {time_r} {rel:9.2e}",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
