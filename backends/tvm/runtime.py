@@ -138,6 +138,8 @@ def _check_host(target: Mapping[str, Any], path: Path) -> None:
     tvm_cfg = target.get("tvm", target)
     kind = tvm_cfg.get("kind", "llvm") if isinstance(tvm_cfg, Mapping) else "llvm"
     triple = str(tvm_cfg.get("mtriple", "")) if isinstance(tvm_cfg, Mapping) else ""
+    if kind == "cuda":
+        return  # runs on a GPU when one is present (checked when loading)
     if kind != "llvm" or (triple and not triple.startswith("x86_64")):
         raise ModelFileError(
             f"{path}: built for {target.get('name', kind)}; this runtime runs x86 CPU artifacts"
@@ -186,12 +188,31 @@ class TvmModel:
         from tvm.runtime.vm import VirtualMachine
 
         try:
+            if self.is_cuda:
+                from backends.tvm.build import register_prebuilt_cuda
+
+                if not tvm.cuda(0).exist:
+                    raise ModelFileError(f"{self.path}: a CUDA library, and this machine has no CUDA GPU")
+                register_prebuilt_cuda(self.path)
             lib = tvm.runtime.load_module(str(self.path))
-            vm = VirtualMachine(lib, tvm.cpu())
+            vm = VirtualMachine(lib, self._device())
             main = vm["main"]
+        except ModelFileError:
+            raise
         except Exception as exc:  # noqa: BLE001 - TVM raises several FFI error types
             raise ModelFileError(f"{self.path}: TVM cannot load it ({str(exc).splitlines()[0]})") from None
         return vm, main
+
+    @property
+    def is_cuda(self) -> bool:
+        """True for a CUDA library (runs on GPU 0)."""
+        tvm_cfg = self.target.get("tvm", self.target) if self.target else {}
+        return isinstance(tvm_cfg, Mapping) and tvm_cfg.get("kind") == "cuda"
+
+    def _device(self) -> Any:
+        import tvm
+
+        return tvm.cuda(0) if self.is_cuda else tvm.cpu()
 
     def _call(self, fn: Callable[[], _T]) -> _T:
         if self._executor is not None:
@@ -223,7 +244,7 @@ class TvmModel:
     def _tensors(self, arrays: Sequence[np.ndarray]) -> list[Any]:
         import tvm
 
-        dev = tvm.cpu()
+        dev = self._device()
         return [tvm.runtime.tensor(a, dev) for a in arrays]
 
     def _outputs(self, result: Any) -> dict[str, np.ndarray]:

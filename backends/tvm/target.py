@@ -62,6 +62,9 @@ class TargetSpec:
             cfg["mattr"] = list(self.mattr)
         if self.arch:
             cfg["arch"] = self.arch
+        if self.kind == "cuda":  # sm_80 and sm_90 both: 48 KiB static shared memory per block
+            cfg["max_shared_memory_per_block"] = 49152
+            cfg["thread_warp_size"] = 32
         return cfg
 
     def tvm_target(self) -> tvm.target.Target:

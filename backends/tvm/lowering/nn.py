@@ -171,7 +171,8 @@ def _gemm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     x = ins[0] if not a.transA else ctx.emit(op.permute_dims(ins[0], [1, 0]))
     out_shape = ctx.out_shape(node)
     bias_ok = c is None or c.size in (1, out_shape[1]) and (c.ndim < 2 or c.shape[0] == 1)
-    if w is not None and bias_ok and a.alpha == 1.0 and (c is None or a.beta == 1.0):
+    cpu = ctx.target.is_cpu  # GPUs take the Relax matmul (dlight's GEMV/matmul rules)
+    if cpu and w is not None and bias_ok and a.alpha == 1.0 and (c is None or a.beta == 1.0):
         w_nk = w if a.transB else w.T
         try:
             from backends.tvm.kernels.dense import DenseSpec, dense_kernel, pack_dense_bias, pack_dense_weight
