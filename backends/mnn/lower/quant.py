@@ -17,19 +17,22 @@ still runs MNN's float kernels: MNN only uses its int8 conv when the conv itself
 written in the 3.x form (quanParameter with scaleIn/scaleOut and int8 quantInfo on its
 input/output tensors, no cast ops).
 
-That 3.x form is implemented here too (:func:`integer_form`, :func:`finish_int8`) but is
-experimental and off (:data:`INTEGER_FORM`): it needs symmetric activations
-(``--activation-type int8``) and did not yet match the QDQ ONNX model on every shared model.
+That 3.x form is written instead (:func:`integer_form`, :func:`finish_int8`) when every
+activation is quantised symmetrically (``--activation-type int8``): convs between a DQ and a
+Q become MNN int8 convs, and MNN inserts its own casts around the ops it runs in float.
+uint8 (asymmetric) activations keep the explicit-cast form.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
 from backends.mnn.lower.registry import Lowering, require_static
-from backends.mnn.model import MnnNet, Table, TensorQuant
+from backends.mnn.model import MnnNet, MnnOp, Table, TensorQuant
 from backends.mnn.schema import fb
 from compiler.ir.graph import Graph, Node
 from compiler.ir.types import DType
@@ -43,6 +46,8 @@ __all__ = [
     "int8_convs",
     "finish_int8",
 ]
+
+log = logging.getLogger(__name__)
 
 _Q = "QuantizeLinear"
 _DQ = "DequantizeLinear"
@@ -232,12 +237,13 @@ def _zero_int8(graph: Graph, node: Node) -> int | None:
     return int(np.asarray(z.const).reshape(-1)[0]) - shift
 
 
-INTEGER_FORM = False
-"""Write the 3.x integer form where :func:`integer_form` allows it. Off: it is experimental.
+INTEGER_FORM = True
+"""Write the 3.x integer form where :func:`integer_form` allows it (symmetric int8 activations).
 
-With ``--activation-type int8`` it matched the QDQ ONNX model on ultraface_rfb320 (cosine
-0.999978 both), but not on yunet_n_320 (obj_32 0.9812 vs 0.9854) and it broke
-ppocr_mobile_v2_cls (cosine 0.02), so the explicit-cast form stays the default.
+Per-layer comparison with MNN's op callback showed why it once broke ppocr_mobile_v2_cls
+(cosine 0.02): MNN's int8 Pooling ignores the tensor scales, so a MaxPool / GlobalAveragePool
+whose input and output scales differ came out scaled wrong; :func:`_plan_int8` now keeps
+quantInfo only around int8 convs and gives a MaxPool between them its input's scale.
 """
 
 
@@ -293,26 +299,78 @@ def _mark_int8(ctx: LowerContext, node: Node, scale: float) -> None:
     ctx.net.tensor_quant[ctx.tensor(x)] = TensorQuant(scale, 0.0, -127.0, 127.0)
 
 
-def finish_int8(net: MnnNet) -> int:
-    """Integer form, after lowering: quantInfo through layout copies, and scaleIn/scaleOut on convs.
+_CONV_OPS = ("Convolution", "ConvolutionDepthwise")
+INT8_BINARY = True
+"""Let MNN run BinaryOps between int8 tensors in int8 (its CPUBinaryInt8 rescales per tensor)."""
 
-    A Convolution whose input and output tensors both carry quantInfo and whose weights are
-    IDST int8 gets ``scaleIn``/``scaleOut`` and the ``symmetricQuan`` metadata that MNN's quantization tool
-    writes (NOTES §2). Returns the number of such convs.
+
+def _int8_weights(op: MnnOp) -> bool:
+    """True for a conv whose weights are symmetric IDST int8 and that has no float ``weight``."""
+    if op.type not in _CONV_OPS or op.param is None or op.param.get("weight") is not None:
+        return False
+    idst = op.param.get("quanParameter")
+    return isinstance(idst, Table) and idst.get("type") == 1 and not idst.get("aMin", 0)
+
+
+def _plan_int8(net: MnnNet) -> dict[str, list[str]]:
+    """Keep ``quantInfo`` only where MNN's int8 kernels compute what the QDQ model means.
+
+    MNN runs an op in int8 when its output and all its inputs carry quantInfo and the op
+    has an int8 kernel (conv with int8 weights, Pooling, BinaryOp, Softmax, ...); other ops
+    get runtime casts. Its int8 Pooling ignores the scales (it assumes input scale = output
+    scale) and the rest are not needed, so quantInfo stays only on the inputs and outputs of
+    int8 convs; a MaxPool between two of them gets its input's scale (max commutes with the
+    int8 grid), any other op between them loses its output's quantInfo (its consumers then run
+    in float). Returns ``{reason: [op names]}`` of ops kept in float that touch int8 tensors.
     """
     quant = net.tensor_quant
     for op in net.ops:
         if op.type == "ConvertTensor" and op.inputs[0] in quant and op.outputs[0] not in quant:
             quant[op.outputs[0]] = quant[op.inputs[0]]
+    fallback: dict[str, list[str]] = {}
+    while True:
+        convs = [o for o in net.ops if _int8_weights(o) and o.inputs[0] in quant and o.outputs[0] in quant]
+        keep = {t for op in convs for t in (op.inputs[0], op.outputs[0])}
+        for t in [t for t in quant if t not in keep]:
+            del quant[t]
+        changed = False
+        for op in net.ops:
+            if op in convs or not op.outputs or op.outputs[0] not in quant:
+                continue
+            if not op.inputs or any(t not in quant for t in op.inputs):
+                continue
+            if op.type == "Pooling" and op.param is not None and op.param.get("type") == fb.PoolType.MAXPOOL:
+                if quant[op.outputs[0]] != quant[op.inputs[0]]:
+                    quant[op.outputs[0]] = quant[op.inputs[0]]
+                    changed = True
+                continue
+            if op.type == "BinaryOp" and INT8_BINARY:
+                continue
+            del quant[op.outputs[0]]
+            fallback.setdefault(f"{op.type} (no exact int8 kernel)", []).append(op.name)
+            changed = True
+        if not changed:
+            return fallback
+
+
+def finish_int8(net: MnnNet) -> int:
+    """Integer form, after lowering: choose the int8 tensors, and scaleIn/scaleOut on convs.
+
+    A Convolution whose input and output tensors both carry quantInfo (:func:`_plan_int8`) and
+    whose weights are IDST int8 gets ``scaleIn``/``scaleOut`` and the ``symmetricQuan``
+    metadata that MNN's quantization tool writes (NOTES §2). Returns the number of such convs.
+    """
+    fallback = _plan_int8(net)
+    for reason, names in fallback.items():
+        log.info("MNN int8: %s kept in float: %s", reason, ", ".join(names))
+    quant = net.tensor_quant
     count = 0
     for op in net.ops:
-        if op.type not in ("Convolution", "ConvolutionDepthwise") or op.param is None:
+        if not _int8_weights(op) or op.inputs[0] not in quant or op.outputs[0] not in quant:
             continue
-        if op.inputs[0] not in quant or op.outputs[0] not in quant:
-            continue
+        assert op.param is not None
         idst = op.param.get("quanParameter")
-        if not isinstance(idst, Table) or idst.get("type") != 1 or idst.get("aMin", 0):
-            continue
+        assert isinstance(idst, Table)
         fields = {**idst.fields, "scaleIn": quant[op.inputs[0]].scale, "scaleOut": quant[op.outputs[0]].scale}
         meta = Table(
             "QuantizedFloatParam",
