@@ -18,38 +18,21 @@ from backends.tvm.emit import prepare_graph
 from backends.tvm.rpc import RpcAddress, run_remote
 from backends.tvm.target import resolve_target
 from compiler.cli import main
-from compiler.driver import compile_model
 from compiler.ir.interpreter import run_graph
-from compiler.options import CompileOptions
-from compiler.quant.options import QuantOptions
 from compiler.runners import run_onnxruntime
 from frontends.registry import load_model
 from tests.conftest import MODEL_STEMS, MODELS
 from tests.helpers.numerics import agreement
+from tests.helpers.shared_compile import compile_shared, real_feeds
 
-INPUT_SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
 TIES_FLIP = {"pan_mnv3s_skin_clothes_hair", "yunet_n_320"}
 
 
-def _feeds(stem: str) -> dict[str, np.ndarray]:
-    return dict(np.load(MODELS / "data" / f"{stem}.npz"))
+_feeds = real_feeds
 
 
 def _compile(stem: str, out: Path, int8: bool) -> None:
-    quant = None
-    if int8:
-        quant = QuantOptions(calib=MODELS / "data" / f"{stem}.calib.npz", calib_count=8, sensitivity=False)
-    opts = CompileOptions(
-        model=MODELS / f"{stem}.onnx",
-        out_dir=out,
-        emit=("onnx",) if int8 else (),
-        targets=("arm",),
-        input_shapes=INPUT_SHAPES.get(stem, {}),
-        verify=False,
-        quant=quant,
-        progress=False,
-    )
-    man = compile_model(opts).manifest
+    man = compile_shared(stem, out, ("arm",), int8=int8, emit=("onnx",) if int8 else ())
     art = next(a for a in man["artifacts"] if a["kind"] == "tvm")
     assert art["path"] == "arm/model.so" and art["target"] == "arm"
 

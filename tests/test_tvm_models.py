@@ -10,40 +10,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from backends.tvm.runtime import run_tvm
-from compiler.driver import compile_model
-from compiler.options import CompileOptions
-from compiler.quant.options import QuantOptions
 from compiler.runners import run_onnxruntime
 from tests.conftest import MODEL_STEMS, MODELS
 from tests.helpers.numerics import agreement
+from tests.helpers.shared_compile import compile_shared, real_feeds
 
-INPUT_SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
 FP32_MAX_REL = 1e-4
 INT8_MIN_COSINE = 0.999
 
 
 def _compile(stem: str, out: Path, *, int8: bool, emit: tuple[str, ...] = ()) -> dict:
-    quant = None
-    if int8:
-        quant = QuantOptions(calib=MODELS / "data" / f"{stem}.calib.npz", calib_count=8, sensitivity=False)
-    opts = CompileOptions(
-        model=MODELS / f"{stem}.onnx",
-        out_dir=out,
-        emit=emit,
-        targets=("cpu",),
-        input_shapes=INPUT_SHAPES.get(stem, {}),
-        inputs=MODELS / "data" / f"{stem}.npz",
-        quant=quant,
-    )
-    return compile_model(opts).manifest
+    return compile_shared(stem, out, ("cpu",), int8=int8, emit=emit, verify=True)
 
 
-def _feeds(stem: str) -> dict[str, np.ndarray]:
-    return dict(np.load(MODELS / "data" / f"{stem}.npz"))
+_feeds = real_feeds
 
 
 @pytest.fixture(scope="module", params=MODEL_STEMS)

@@ -10,7 +10,6 @@ over RPC for any number of outputs. ``model.json`` next to the library names and
 from __future__ import annotations
 
 import gc
-import json
 import socket
 import threading
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.tvm.runtime import TensorSpec
+from backends.tvm.runtime import TensorSpec, TvmModel
 from compiler.errors import InputShapeError, KilnError, ModelFileError, OptionError
 
 __all__ = ["RpcAddress", "RpcError", "RemoteModel", "connect", "run_remote", "time_remote"]
@@ -180,19 +179,8 @@ class _Meta:
 
 
 def _load_meta(artifact: Path) -> _Meta:
-    path = artifact.with_suffix(".json")
-    try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ModelFileError(
-            f"{path}: missing (a TVM artifact needs its model.json beside the .so)"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise ModelFileError(f"{path}: not a readable model.json ({exc})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("inputs"), list) or not meta.get("outputs"):
-        raise ModelFileError(f"{path}: model.json needs 'inputs' and 'outputs' lists")
-    inputs = tuple(TensorSpec.parse(d) for d in meta["inputs"])
-    return _Meta(inputs, tuple(TensorSpec.parse(d) for d in meta["outputs"]))
+    inputs, outputs, _ = TvmModel.read_meta(artifact)
+    return _Meta(inputs, outputs)
 
 
 def _flatten(value: Any) -> list[Any]:
