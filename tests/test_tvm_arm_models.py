@@ -31,10 +31,11 @@ TIES_FLIP = {"pan_mnv3s_skin_clothes_hair", "yunet_n_320"}
 _feeds = real_feeds
 
 
-def _compile(stem: str, out: Path, int8: bool) -> None:
-    man = compile_shared(stem, out, ("arm",), int8=int8, emit=("onnx",) if int8 else ())
+def _compile(stem: str, out: Path, int8: bool, target: str = "arm") -> dict:
+    man = compile_shared(stem, out, (target,), int8=int8, emit=("onnx",) if int8 else ())
     art = next(a for a in man["artifacts"] if a["kind"] == "tvm")
-    assert art["path"] == "arm/model.so" and art["target"] == "arm"
+    assert art["path"] == f"{target}/model.so" and art["target"] == target
+    return art
 
 
 @pytest.mark.parametrize("stem", MODEL_STEMS)
@@ -84,3 +85,19 @@ def test_kiln_run_and_bench_with_rpc(
     )
     rep = json.loads(capsys.readouterr().out)
     assert rep["rounds"] == 3 and rep["median_ms"] > 0 and str(arm_rpc) in rep["artifact"]
+
+
+def test_int8_dotprod_on_emulated_arm(tmp_path: Path, arm_rpc: RpcAddress) -> None:
+    """armv8.2 dotprod: the int8 convs run SDOT kernels and still equal Kiln's integer reference."""
+    stem = "ppocr_mobile_v2_cls"
+    art = _compile(stem, tmp_path / "out", int8=True, target="arm-dotprod")
+    rules = {k["rule"] for k in art["details"]["kernels"]}
+    assert "qconv2d_sdot" in rules, rules
+    feeds = _feeds(stem)
+    got = run_remote(tmp_path / "out" / "arm-dotprod" / "model.so", feeds, arm_rpc, timeout_s=120.0)
+    graph, _ = prepare_graph(load_model(tmp_path / "out" / "model.onnx"), resolve_target("arm-dotprod"))
+    exact = run_graph(graph, feeds)
+    qdq = run_onnxruntime(tmp_path / "out" / "model.onnx", feeds)
+    for name in qdq:
+        assert agreement(got[name], exact[name]).cosine >= 0.99999
+        assert agreement(got[name], qdq[name]).cosine >= 0.999

@@ -1,12 +1,17 @@
-"""Kiln's int8 conv2d kernel (kiln::QConv) for x86: u8 x s8 -> int32 -> fused requantize epilogue.
+"""Kiln's int8 conv2d kernel (kiln::QConv) for x86 and aarch64: u8 x s8 -> int32 -> fused requantize epilogue.
 
 The integer part is exact: ``conv = sum x_q * w_q`` over (in-chunk, kh, kw, 4-channel group, p) in int32,
 zero-point folded into the packed bias (see :mod:`backends.tvm.kernels.qconv_spec` for the math and layouts).
-Three dot paths, picked by ``target.int8_dot``:
+Four dot paths, picked by ``target.int8_dot``:
 
 * ``vnni``: ``vpdpbusd`` (AVX-512 VNNI) over each (4-channel group, output block), manual tensorize;
 * ``avx2``: zero-extended u8 and sign-extended s8 to int16, ``pmaddwd`` into two int32 partial sums per
   output channel (``conv[..., ob, 2]``), summed in the epilogue; exact for all u8/s8 values;
+* ``sdot`` (aarch64 ``dotprod``): SDOT on activations shifted to int8 (``x - 128``, in the padding stage),
+  ``128 * sum(w)`` (reduced from the weights in the kernel) added in the epilogue, manual tensorize
+  (:mod:`backends.tvm.kernels.arm_int8_dot`);
+* ``neon`` (aarch64 without dotprod): the ``avx2`` accumulator layout with NEON bodies: u8 and s8 widened
+  to int16, exact int16 products (``|u8 * s8| <= 32640``), pairwise-added into int32 (``sadalp``);
 * anything else: plain int32 math vectorized over the output block.
 
 Depthwise convs use plain int32 math vectorized over the channel block on every target (memory bound).
@@ -16,6 +21,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from backends.tvm.kernels.arm_int8_dot import (
+    schedule_weight_sum,
+    shifted_pad,
+    tensorize_neon,
+    tensorize_sdot,
+    weight_sum,
+)
 from backends.tvm.kernels.epilogue import activation_expr
 from backends.tvm.kernels.kernel import Kernel, mark_scheduled
 from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec
@@ -27,9 +39,13 @@ __all__ = ["qconv2d_kernel", "dot_kind", "qconv2d_name"]
 
 
 def dot_kind(spec: QConv2dSpec, target: TargetSpec) -> str:
-    """The dot path the kernel uses: "vnni", "avx2", "plain" or "depthwise"."""
+    """The dot path the kernel uses: "vnni", "avx2", "sdot", "neon", "plain" or "depthwise"."""
     if spec.is_depthwise:
         return "depthwise"
+    if target.is_arm and target.int8_dot == "dotprod" and spec.out_block % 4 == 0:
+        return "sdot"
+    if target.is_arm and spec.out_block % 4 == 0:
+        return "neon"
     x86 = target.is_cpu and not target.is_arm
     if x86 and target.int8_dot == "vnni" and spec.out_block % 4 == 0:
         return "vnni"
@@ -114,7 +130,9 @@ def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
     mult = te.placeholder((occ_, ob), "float32", name="multiplier")
     res = te.placeholder(spec.out_shape, spec.r_dtype, name="residual") if spec.residual else None
 
-    if any(spec.pads):
+    if kind == "sdot":
+        padded = shifted_pad(data, spec)
+    elif any(spec.pads):
         zero = tirx.const(spec.x_zero, spec.in_dtype)
 
         def pad_body(n: Any, c: Any, h: Any, w: Any, b: Any) -> Any:
@@ -138,7 +156,7 @@ def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
             ),
             name="conv",
         )
-    elif kind == "avx2":
+    elif kind in ("avx2", "neon"):
         # j = 2*bo + h: two int32 partial sums per output channel (channel pairs 2h, 2h+1 of each group)
         ric = te.reduce_axis((0, icc_), name="icc")
         rg = te.reduce_axis((0, ib // 4), name="g")
@@ -168,9 +186,14 @@ def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
             name="conv",
         )
 
+    # sdot: sum x*w = sum (x - 128)*w + 128*sum(w), the second term from the weights in the kernel
+    wsum = weight_sum(weight, spec) if kind == "sdot" else None
+
     def epi_body(n: Any, oc: Any, oh: Any, ow: Any, bo: Any) -> Any:
-        if kind == "avx2":
+        if kind in ("avx2", "neon"):
             acc = conv[n, oc, oh, ow, bo * 2] + conv[n, oc, oh, ow, bo * 2 + 1]
+        elif wsum is not None:
+            acc = wsum[oc, bo] + conv[n, oc, oh, ow, bo]  # wsum first: its stage then precedes the conv
         else:
             acc = conv[n, oc, oh, ow, bo]
         r = res[n, oc, oh, ow, bo] if res is not None else None
@@ -206,7 +229,9 @@ def _vectorize_epilogue(sch: Any, spec: QConv2dSpec, kind: str) -> None:
         idx = region_min(block, buf)
         return tirx.BufferLoad(buf, [*idx[:-1], tirx.Ramp(idx[-1] + offset, stride, lanes)])
 
-    acc = load("conv", 2) + load("conv", 2, 1) if kind == "avx2" else load("conv")
+    acc = load("conv", 2) + load("conv", 2, 1) if kind in ("avx2", "neon") else load("conv")
+    if kind == "sdot":
+        acc = load("wsum") + acc
     res = load("residual") if spec.residual else None
     value = _epilogue_value(acc, load("bias"), load("multiplier"), res, spec, lanes)
     out = block.writes[0].source
@@ -220,14 +245,15 @@ _MAX_LOCAL_BYTES = 1024  # TVM's largest stack allocation; bigger "local" buffer
 
 def _tile(spec: QConv2dSpec, kind: str) -> tuple[int, int]:
     """Register tile ``(ow_inner, oc_chunks_inner)``; accumulators = ow_inner * oc_inner * vectors/block."""
-    vec_bytes = 64 if kind == "vnni" else 32
-    regs_per_block = max(1, (spec.out_block * 4 * (2 if kind == "avx2" else 1)) // vec_bytes)
-    budget = {"vnni": 24, "avx2": 12}.get(kind, 8)
+    pairs = 2 if kind in ("avx2", "neon") else 1  # int32 partial sums per output channel
+    vec_bytes = {"vnni": 64, "sdot": 16, "neon": 16}.get(kind, 32)
+    regs_per_block = max(1, (spec.out_block * 4 * pairs) // vec_bytes)
+    budget = {"vnni": 24, "avx2": 12, "sdot": 20, "neon": 16}.get(kind, 8)
     oc_in = 2 if spec.out_chunks % 2 == 0 and 2 * regs_per_block * 2 <= budget else 1
     ow_max = max(1, budget // (oc_in * regs_per_block))
     # the int32 accumulator tile stays <= 1 KiB: TVM allocates bigger local buffers from the workspace
     # pool (a TVMBackendAllocWorkspace/FreeWorkspace pair around every tile)
-    pixel_bytes = oc_in * spec.out_block * 4 * (2 if kind == "avx2" else 1)
+    pixel_bytes = oc_in * spec.out_block * 4 * pairs
     ow_max = max(1, min(ow_max, _MAX_LOCAL_BYTES // pixel_bytes))
     ow = spec.out_w
     divisors = [d for d in range(1, min(ow, ow_max) + 1) if ow % d == 0]
@@ -251,7 +277,7 @@ def _schedule_general(sch: Any, spec: QConv2dSpec, kind: str) -> None:
     epi = sch.get_sblock("epilogue")
     ow_t, oc_t = _tile(spec, kind)
     loops = sch.get_loops(conv)
-    if kind == "avx2":
+    if kind in ("avx2", "neon"):
         n, oc, oh, ow, j, icc, kh, kw, g, p = loops
         bo, h = sch.split(j, [None, 2])
     else:
@@ -259,7 +285,7 @@ def _schedule_general(sch: Any, spec: QConv2dSpec, kind: str) -> None:
         h = None
     oco, oci = sch.split(oc, [None, oc_t])
     owo, owi = sch.split(ow, [None, ow_t])
-    if kind == "avx2":
+    if kind in ("avx2", "neon"):
         sch.reorder(n, oco, oh, owo, icc, kh, kw, g, oci, owi, bo, h, p)
     elif kind == "vnni":
         sch.reorder(n, oco, oh, owo, icc, kh, kw, g, oci, owi, bo, p)
@@ -279,6 +305,32 @@ def _schedule_general(sch: Any, spec: QConv2dSpec, kind: str) -> None:
     if kind in ("vnni", "avx2"):
         dot = sch.blockize(bo)
         manual_tensorize(sch, dot, "pad" if any(spec.pads) else "data", "weight", kind, spec.out_block)
+    if kind == "neon":
+        tensorize_neon(sch, sch.blockize(bo), "pad" if any(spec.pads) else "data", "weight", spec.out_block)
+
+
+def _schedule_sdot(sch: Any, spec: QConv2dSpec) -> None:
+    """The VNNI nest with SDOT bodies; the epilogue's loops lead (it also reads the root ``wsum`` stage,
+    which ``reverse_compute_at`` would refuse) and the conv is computed at its output-width tile."""
+    conv = sch.get_sblock("conv")
+    epi = sch.get_sblock("epilogue")
+    ow_t, oc_t = _tile(spec, "sdot")
+    n, oc, oh, ow, bo = sch.get_loops(epi)
+    oco, oci = sch.split(oc, [None, oc_t])
+    owo, owi = sch.split(ow, [None, ow_t])
+    sch.reorder(n, oco, oh, owo, oci, owi, bo)
+    sch.parallel(sch.fuse(n, oco, oh))
+    sch.compute_at(conv, owo, preserve_unit_loops=True)
+    sch.set_scope(conv, 0, "local")
+    _, _, oci, _, owi, bo, icc, kh, kw, g, p = sch.get_loops(conv)[-11:]  # owo, n, oc, oh, ow, bo, ...
+    sch.reorder(icc, kh, kw, g, oci, owi, bo, p)
+    sch.unroll(oci)
+    sch.unroll(owi)
+    init = sch.decompose_reduction(conv, icc)
+    sch.vectorize(sch.get_loops(init)[-1])
+    _vectorize_epilogue(sch, spec, "sdot")
+    tensorize_sdot(sch, sch.blockize(bo), "pad", "weight", spec.out_block)
+    schedule_weight_sum(sch, spec.out_block)
 
 
 def _schedule_depthwise(sch: Any, spec: QConv2dSpec) -> None:
@@ -307,10 +359,12 @@ def qconv2d_kernel(spec: QConv2dSpec, target: TargetSpec) -> Kernel:
     args, _ = _compute(spec, kind)
     func = te.create_prim_func(args)
     sch = s_tir.Schedule(func)
-    if any(spec.pads):
+    if any(spec.pads) or kind == "sdot":
         _schedule_pad(sch)
     if kind == "depthwise":
         _schedule_depthwise(sch, spec)
+    elif kind == "sdot":
+        _schedule_sdot(sch, spec)
     else:
         _schedule_general(sch, spec, kind)
     name = qconv2d_name(spec, target)

@@ -68,6 +68,11 @@ def _act(node: Node) -> tuple[str, float, float]:
 
 @lowers("Conv", "kiln::FusedConv")
 def _conv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    if ctx.target.kind == "cuda":
+        from backends.tvm.lowering.cuda_conv import cuda_conv
+
+        if (out := cuda_conv(ctx, node, ins)) is not None:
+            return out
     w = ctx.require_const(node, 1, "weight").astype(np.float32)
     b = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
     if len(ins) > 2 and ins[2] is not None and b is None:
@@ -104,6 +109,11 @@ def _conv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
 
 @lowers("kiln::QConv")
 def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    if ctx.target.kind == "cuda":
+        from backends.tvm.lowering.cuda_conv import cuda_qconv
+
+        if (out := cuda_qconv(ctx, node, ins)) is not None:
+            return out
     a = node.attrs
     w = ctx.require_const(node, 1, "weight").astype(np.int8)
     b = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
