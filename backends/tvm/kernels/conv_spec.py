@@ -13,12 +13,12 @@ Layouts (channel counts zero-padded up to whole blocks):
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from backends.tvm.kernels.conv_geometry import ConvGeometry, ceil_div
 from backends.tvm.kernels.epilogue import ACTIVATIONS
 
 if TYPE_CHECKING:
@@ -36,67 +36,14 @@ __all__ = [
 ]
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclass(frozen=True)
-class Conv2dSpec:
+class Conv2dSpec(ConvGeometry):
     """One fp32 conv2d (+ bias, optional residual add, activation) in NCHW[b]c layout."""
 
-    batch: int
-    in_channels: int
-    in_h: int
-    in_w: int
-    out_channels: int
-    kernel: tuple[int, int]
-    strides: tuple[int, int] = (1, 1)
-    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
-    dilations: tuple[int, int] = (1, 1)
-    groups: int = 1
-    in_block: int = 8
-    out_block: int = 8
     activation: str = "none"
     alpha: float = 0.0
     beta: float = 0.0
     residual: bool = False
-
-    @property
-    def out_h(self) -> int:
-        """``(IH + pt + pb - dh*(KH-1) - 1) // sh + 1``."""
-        eff = self.dilations[0] * (self.kernel[0] - 1) + 1
-        return (self.in_h + self.pads[0] + self.pads[2] - eff) // self.strides[0] + 1
-
-    @property
-    def out_w(self) -> int:
-        """``(IW + pl + pr - dw*(KW-1) - 1) // sw + 1``."""
-        eff = self.dilations[1] * (self.kernel[1] - 1) + 1
-        return (self.in_w + self.pads[1] + self.pads[3] - eff) // self.strides[1] + 1
-
-    @property
-    def in_chunks(self) -> int:
-        """``ceil(IC / in_block)``."""
-        return _ceil_div(self.in_channels, self.in_block)
-
-    @property
-    def out_chunks(self) -> int:
-        """``ceil(OC / out_block)``."""
-        return _ceil_div(self.out_channels, self.out_block)
-
-    @property
-    def is_depthwise(self) -> bool:
-        """groups == in_channels == out_channels (and more than one group)."""
-        return self.groups > 1 and self.groups == self.in_channels == self.out_channels
-
-    @property
-    def data_shape(self) -> tuple[int, int, int, int, int]:
-        """``[N, in_chunks, IH, IW, in_block]``."""
-        return (self.batch, self.in_chunks, self.in_h, self.in_w, self.in_block)
-
-    @property
-    def out_shape(self) -> tuple[int, int, int, int, int]:
-        """``[N, out_chunks, OH, OW, out_block]``."""
-        return (self.batch, self.out_chunks, self.out_h, self.out_w, self.out_block)
 
     @property
     def weight_shape(self) -> tuple[int, ...]:
@@ -105,16 +52,6 @@ class Conv2dSpec:
         if self.is_depthwise:
             return (self.out_chunks, kh, kw, self.out_block)
         return (self.out_chunks, self.in_chunks, kh, kw, self.in_block, self.out_block)
-
-    @property
-    def flops(self) -> int:
-        """Multiply-adds times two over the real channels."""
-        per_out = 2 * (self.in_channels // self.groups) * self.kernel[0] * self.kernel[1]
-        return self.batch * self.out_channels * self.out_h * self.out_w * per_out
-
-    def key(self) -> str:
-        """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
 
 
 def supports(spec: Conv2dSpec) -> bool:
@@ -165,7 +102,7 @@ def pack_bias(b: np.ndarray | None, spec: Conv2dSpec) -> np.ndarray:
 def pack_data(x: np.ndarray, block: int) -> np.ndarray:
     """NCHW -> NCHW[block]c, channels zero-padded to a multiple of ``block``."""
     n, c, h, w = x.shape
-    chunks = _ceil_div(c, block)
+    chunks = ceil_div(c, block)
     full = np.zeros((n, chunks * block, h, w), np.float32)
     full[:, :c] = x
     return np.ascontiguousarray(full.reshape(n, chunks, block, h, w).transpose(0, 1, 3, 4, 2))

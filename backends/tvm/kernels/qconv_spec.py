@@ -24,10 +24,11 @@ Layouts (channels zero-padded up to whole blocks; ``in_block`` is a multiple of 
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import numpy as np
+
+from backends.tvm.kernels.conv_geometry import ConvGeometry, ceil_div
 
 __all__ = [
     "QConv2dSpec",
@@ -42,24 +43,10 @@ __all__ = [
 QUANT_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclass(frozen=True)
-class QConv2dSpec:
+class QConv2dSpec(ConvGeometry):
     """One int8 conv2d with a fused requantize epilogue (see the module docstring)."""
 
-    batch: int
-    in_channels: int
-    in_h: int
-    in_w: int
-    out_channels: int
-    kernel: tuple[int, int]
-    strides: tuple[int, int] = (1, 1)
-    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
-    dilations: tuple[int, int] = (1, 1)
-    groups: int = 1  # 1 or depthwise (groups == in == out)
     in_block: int = 16
     out_block: int = 16
     in_dtype: str = "uint8"
@@ -76,43 +63,6 @@ class QConv2dSpec:
     r_dtype: str = "uint8"
 
     @property
-    def out_h(self) -> int:
-        """``(IH + pt + pb - dh*(KH-1) - 1) // sh + 1``."""
-        eff = self.dilations[0] * (self.kernel[0] - 1) + 1
-        return (self.in_h + self.pads[0] + self.pads[2] - eff) // self.strides[0] + 1
-
-    @property
-    def out_w(self) -> int:
-        """``(IW + pl + pr - dw*(KW-1) - 1) // sw + 1``."""
-        eff = self.dilations[1] * (self.kernel[1] - 1) + 1
-        return (self.in_w + self.pads[1] + self.pads[3] - eff) // self.strides[1] + 1
-
-    @property
-    def in_chunks(self) -> int:
-        """``ceil(IC / in_block)``."""
-        return _ceil_div(self.in_channels, self.in_block)
-
-    @property
-    def out_chunks(self) -> int:
-        """``ceil(OC / out_block)``."""
-        return _ceil_div(self.out_channels, self.out_block)
-
-    @property
-    def is_depthwise(self) -> bool:
-        """groups == in_channels == out_channels (and more than one group)."""
-        return self.groups > 1 and self.groups == self.in_channels == self.out_channels
-
-    @property
-    def data_shape(self) -> tuple[int, int, int, int, int]:
-        """``[N, in_chunks, IH, IW, in_block]``."""
-        return (self.batch, self.in_chunks, self.in_h, self.in_w, self.in_block)
-
-    @property
-    def out_shape(self) -> tuple[int, int, int, int, int]:
-        """``[N, out_chunks, OH, OW, out_block]`` (also the residual's shape)."""
-        return (self.batch, self.out_chunks, self.out_h, self.out_w, self.out_block)
-
-    @property
     def weight_shape(self) -> tuple[int, ...]:
         """The packed weight shape the kernel reads (see the module docstring)."""
         kh, kw = self.kernel
@@ -122,13 +72,8 @@ class QConv2dSpec:
 
     @property
     def ops(self) -> int:
-        """Multiply-adds times two over the real channels."""
-        per_out = 2 * (self.in_channels // self.groups) * self.kernel[0] * self.kernel[1]
-        return self.batch * self.out_channels * self.out_h * self.out_w * per_out
-
-    def key(self) -> str:
-        """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+        """Integer multiply-adds times two over the real channels."""
+        return self.flops
 
     def validate(self) -> None:
         """Raise ValueError for specs the int8 kernel does not build."""
@@ -217,7 +162,7 @@ def pack_multiplier(x_scale: float, w_scale: np.ndarray, spec: QConv2dSpec) -> n
 def pack_qdata(x: np.ndarray, block: int, fill: int = 0) -> np.ndarray:
     """NCHW -> NCHW[block]c (dtype kept), padded channels filled with ``fill``."""
     n, c, h, w = x.shape
-    chunks = _ceil_div(c, block)
+    chunks = ceil_div(c, block)
     full = np.full((n, chunks * block, h, w), fill, x.dtype)
     full[:, :c] = x
     return np.ascontiguousarray(full.reshape(n, chunks, block, h, w).transpose(0, 1, 3, 4, 2))
