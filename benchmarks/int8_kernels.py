@@ -37,8 +37,9 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 from backends.tvm.kernels.conv2d_int8 import qconv2d_kernel  # noqa: E402
-from backends.tvm.kernels.qconv_spec import QConv2dSpec, pack_multiplier, pack_qbias, pack_qdata, pack_qweight  # noqa: E402
+from backends.tvm.kernels.qconv_spec import QConv2dSpec, pack_multiplier, pack_qbias, pack_qweight  # noqa: E402
 from backends.tvm.target import resolve_target  # noqa: E402
+from compiler.ops.blocked_layout import pack  # noqa: E402
 
 __all__ = ["main"]
 
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kiln int8 kernel {k.name}: schedule+compile {time.perf_counter() - t0:.2f} s")
     dev = tvm.cpu()
     q_args = [
-        pack_qdata(x_q, spec.in_block),
+        pack(x_q, spec.in_block),
         pack_qweight(w_q, spec),
         pack_qbias(bias_q, w_q, spec),
         pack_multiplier(0.02, w_scale, spec),

@@ -51,8 +51,11 @@ class _Operands:
     residual: _QParam | None
 
 
-def _dq_source(graph: Graph, v: Value | None, what: str) -> Node | str:
-    """The DequantizeLinear producing ``v`` (per-axis/blocked forms are checked by the caller)."""
+def _dq_source(graph: Graph, v: Value | None, what: str) -> tuple[Node, Value, Value, Value | None] | str:
+    """(DequantizeLinear producing ``v``, its q, scale, zero point or None), or why there is none.
+
+    Per-axis forms are checked by the caller; blocked ones are rejected here.
+    """
     if v is None:
         return f"{what} is absent"
     node = v.producer
@@ -60,7 +63,10 @@ def _dq_source(graph: Graph, v: Value | None, what: str) -> Node | str:
         return f"{what} is not produced by a DequantizeLinear"
     if node.attrs.block_size:
         return f"{what} is block-quantized"
-    return node
+    ins = graph.inputs_of(node)
+    q, s = ins[0], ins[1]
+    assert q is not None and s is not None
+    return node, q, s, ins[2] if len(ins) > 2 else None
 
 
 def _activation(graph: Graph, v: Value | None, what: str) -> _QParam | str:
@@ -68,10 +74,7 @@ def _activation(graph: Graph, v: Value | None, what: str) -> _QParam | str:
     dq = _dq_source(graph, v, what)
     if isinstance(dq, str):
         return dq
-    ins = graph.inputs_of(dq)
-    q, s = ins[0], ins[1]
-    zp = ins[2] if len(ins) > 2 else None
-    assert q is not None and s is not None
+    _, q, s, zp = dq
     if q.type.dtype not in _ACT_TYPES:
         return f"{what} is {q.type.dtype.short}, not uint8/int8"
     if s.const is None or (zp is not None and zp.const is None):
@@ -88,10 +91,7 @@ def _weights(graph: Graph, conv: Node) -> tuple[Value, tuple[float, ...]] | str:
     dq = _dq_source(graph, graph.inputs_of(conv)[1], "weight")
     if isinstance(dq, str):
         return dq
-    ins = graph.inputs_of(dq)
-    w, s = ins[0], ins[1]
-    zp = ins[2] if len(ins) > 2 else None
-    assert w is not None and s is not None
+    node, w, s, zp = dq
     if w.const is None or w.type.dtype != DType.INT8:
         return "weight is not an int8 constant"
     if s.const is None or s.const.dtype != np.float32:
@@ -99,7 +99,7 @@ def _weights(graph: Graph, conv: Node) -> tuple[Value, tuple[float, ...]] | str:
     if zp is not None and (zp.const is None or np.any(zp.const != 0)):
         return "weight zero point is not 0"
     oc = w.const.shape[0]
-    if s.const.size != 1 and (s.const.ndim != 1 or s.const.size != oc or dq.attrs.axis not in (0, -4)):
+    if s.const.size != 1 and (s.const.ndim != 1 or s.const.size != oc or node.attrs.axis not in (0, -4)):
         return "weight scales are neither per tensor nor per output channel"
     return w, tuple(float(v) for v in s.const.reshape(-1))
 
@@ -111,10 +111,7 @@ def _bias(graph: Graph, conv: Node, x_scale: float, w_scales: tuple[float, ...])
     dq = _dq_source(graph, ins[2], "bias")
     if isinstance(dq, str):
         return dq
-    dins = graph.inputs_of(dq)
-    b, s = dins[0], dins[1]
-    zp = dins[2] if len(dins) > 2 else None
-    assert b is not None and s is not None
+    _, b, s, zp = dq
     if b.const is None or b.type.dtype != DType.INT32:
         return "bias is not an int32 constant"
     if s.const is None or (zp is not None and (zp.const is None or np.any(zp.const != 0))):

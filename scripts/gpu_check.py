@@ -59,7 +59,7 @@ def _run_gpu(lib: Path, feeds: dict[str, np.ndarray]) -> tuple[list[np.ndarray],
     import tvm
     from tvm import relax
 
-    from backends.tvm.build import register_prebuilt_cuda
+    from backends.tvm.cuda_build import register_prebuilt_cuda
 
     register_prebuilt_cuda(lib)
     dev = tvm.cuda(0)

@@ -3,7 +3,7 @@
 ``arm-dotprod`` builds SDOT kernels (activations shifted to int8, ``128 * sum(w)`` as the accumulator's
 start); ``arm`` builds the plain NEON path (LLVM's widening ``smlal``). Every case of every target is
 compiled into one library per target, uploaded once and called kernel by kernel over TVM RPC; the
-outputs must equal the numpy reference of tests/test_tvm_int8_kernels.py exactly. The disassembly
+outputs must equal the numpy reference of tests/helpers/int8_conv_reference.py exactly. The disassembly
 must show ``sdot`` in the dotprod conv kernels and NEON vector instructions outnumbering scalar ones.
 """
 
@@ -22,18 +22,10 @@ import tvm
 
 from backends.tvm.build import export
 from backends.tvm.kernels.conv2d_int8 import dot_kind, qconv2d_kernel
-from backends.tvm.kernels.qconv_spec import (
-    QUANT_RANGES,
-    QConv2dSpec,
-    pack_multiplier,
-    pack_qbias,
-    pack_qdata,
-    pack_qweight,
-    unpack_qoutput,
-)
+from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec
 from backends.tvm.rpc import RpcAddress, connect
 from backends.tvm.target import resolve_target
-from tests.test_tvm_int8_kernels import CASES, P1, _case, reference
+from tests.helpers.int8_conv_reference import CASES, P1, case_inputs, reference, run_packed
 
 TARGETS = {"sdot": resolve_target("arm-dotprod"), "neon": resolve_target("arm")}
 ARM_CASES: dict[str, QConv2dSpec] = {
@@ -77,7 +69,7 @@ _VECTOR_OPERAND = re.compile(r"\bv\d+\.|\bq\d+\b")
 
 def _inputs(name: str, spec: QConv2dSpec) -> tuple[Any, ...]:
     if not name.startswith("full_range"):
-        return _case(spec, seed=len(name))
+        return case_inputs(spec, seed=len(name))
     # extremes: u8 0/255 against s8 -128/-127/127 (|acc| near 255*128*576; the shifted terms hit -128*-128)
     rng = np.random.default_rng(5)
     x = rng.choice(np.array([0, 255], np.uint8), (1, 64, 6, 6))
@@ -118,17 +110,7 @@ def remote_libs(
 def _run_remote(remote: tuple[Any, dict[str, Any]], path: str, symbol: str, spec: QConv2dSpec,
                 inputs: tuple[Any, ...]) -> np.ndarray:  # fmt: skip
     sess, mods = remote
-    x, w, b, xs, ws, r = inputs
-    dev = sess.cpu()
-    # padded input channels hold garbage on purpose: their packed weights are 0
-    args = [pack_qdata(x, spec.in_block, fill=201), pack_qweight(w, spec), pack_qbias(b, w, spec)]
-    args.append(pack_multiplier(xs, ws, spec))
-    if r is not None:
-        args.append(pack_qdata(r, spec.out_block))
-    t_args = [tvm.runtime.tensor(a, dev) for a in args]
-    out = tvm.runtime.tensor(np.zeros(spec.out_shape, spec.out_dtype), dev)
-    mods[path][symbol](*t_args, out)
-    return unpack_qoutput(out.numpy(), spec.out_channels)
+    return run_packed(mods[path][symbol], sess.cpu(), spec, *inputs)
 
 
 @pytest.mark.parametrize("path", list(TARGETS))

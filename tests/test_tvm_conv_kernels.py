@@ -21,10 +21,10 @@ from backends.tvm.kernels.conv_spec import (
     pack_data,
     pack_weight,
     supports,
-    unpack_output,
 )
 from backends.tvm.kernels.depthwise_nchwc import pick_depthwise_tile
 from backends.tvm.target import TargetSpec, resolve_target
+from compiler.ops.blocked_layout import unpack
 from compiler.ops.conv import ConvAttrs
 from compiler.ops.registry import get_op
 
@@ -93,7 +93,7 @@ def _run(spec: Conv2dSpec, target: TargetSpec = HOST, seed: int = 0) -> tuple[np
     out = tvm.runtime.tensor(np.full(spec.out_shape, np.nan, np.float32), dev)
     ex[kernel.name](*[tvm.runtime.tensor(a, dev) for a in args], out)
     raw = out.numpy()
-    return unpack_output(raw, spec.out_channels), _reference(spec, x, w, b, res), raw
+    return unpack(raw, spec.out_channels), _reference(spec, x, w, b, res), raw
 
 
 def _check(spec: Conv2dSpec, target: TargetSpec = HOST) -> None:

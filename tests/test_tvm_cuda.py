@@ -20,33 +20,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from backends.tvm.build import source_key, unbound_kernels
-from compiler.driver import compile_model
-from compiler.options import CompileOptions
-from compiler.quant.options import QuantOptions
-from tests.conftest import MODEL_STEMS, MODELS
+from backends.tvm.cuda_build import source_key, unbound_kernels
+from tests.conftest import MODEL_STEMS
+from tests.helpers.shared_compile import compile_shared
 
-INPUT_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
 INT8_STEMS = ["yunet_n_320", "ppocr_mobile_v2_cls"]
 SM80_STEMS = ["yunet_n_320"]
 
 
 def compile_cuda(stem: str, out: Path, target: str, *, int8: bool) -> Path:
     """Compile ``stem`` for ``target`` (no verification: nothing here can run it); the target folder."""
-    quant = None
-    if int8:
-        quant = QuantOptions(calib=MODELS / "data" / f"{stem}.calib.npz", calib_count=8, sensitivity=False)
-    opts = CompileOptions(
-        model=MODELS / f"{stem}.onnx",
-        out_dir=out,
-        emit=(),
-        targets=(target,),
-        input_shapes=INPUT_SHAPES.get(stem, {}),
-        verify=False,
-        progress=False,
-        quant=quant,
-    )
-    compile_model(opts)
+    compile_shared(stem, out, (target,), int8=int8)
     return out / target.replace(":", "_")
 
 
@@ -260,7 +244,7 @@ def int8_case(name: str, seed: int = 0) -> tuple[Any, list[np.ndarray], np.ndarr
     """(QConv2dSpec, NCHW inputs with packed constants, numpy reference) for one of ``INT8_SPECS``."""
     from backends.tvm.kernels.cuda_qconv2d import pack_cuda_multiplier, pack_cuda_qbias, pack_cuda_qweight
     from backends.tvm.kernels.qconv_spec import QConv2dSpec
-    from tests.test_tvm_int8_kernels import reference
+    from tests.helpers.int8_conv_reference import reference
 
     spec = QConv2dSpec(**{"batch": 1, "in_block": 4, "out_block": 4, **INT8_SPECS[name]})
     rng = np.random.default_rng(seed)
@@ -328,7 +312,7 @@ def test_kernels_compile_to_dp4a_and_shared_ptx() -> None:
     """The scheduled kernels of all specs above, one nvcc build: dp4a in the int8 GEMMs, shared tiles."""
     import tvm
 
-    from backends.tvm.build import compile_cuda_source
+    from backends.tvm.cuda_build import compile_cuda_source
     from backends.tvm.kernels.cuda_conv2d import cuda_conv2d_kernel
     from backends.tvm.kernels.cuda_qconv2d import cuda_qconv2d_kernel
     from backends.tvm.target import resolve_target

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from backends.tvm.build import register_prebuilt_cuda
+from backends.tvm.cuda_build import register_prebuilt_cuda
 from compiler.runners import run_onnxruntime
 from tests.conftest import MODELS
 from tests.test_tvm_cuda import FP32_SPECS, INT8_SPECS, compile_cuda, fp32_case, int8_case
@@ -51,7 +51,7 @@ def _run_kernel(kernel: Any, inputs: list[np.ndarray]) -> np.ndarray:
     import tvm
     import tvm_ffi
 
-    from backends.tvm.build import compile_cuda_source
+    from backends.tvm.cuda_build import compile_cuda_source
     from backends.tvm.target import resolve_target
 
     dev = tvm.cuda(0)

@@ -24,11 +24,10 @@ from backends.tvm.kernels.qconv_spec import (
     QConv2dSpec,
     pack_multiplier,
     pack_qbias,
-    pack_qdata,
     pack_qweight,
-    unpack_qoutput,
 )
 from backends.tvm.target import TargetSpec, resolve_target
+from tests.helpers.int8_conv_reference import CASES, P1, case_inputs, reference, run_packed
 
 
 def _targets() -> dict[str, TargetSpec]:
@@ -43,61 +42,6 @@ def _targets() -> dict[str, TargetSpec]:
 TARGETS = _targets()
 
 
-def _act(real: np.ndarray, spec: QConv2dSpec) -> np.ndarray:
-    f = np.float32
-    if spec.activation == "none":
-        return real
-    if spec.activation == "relu":
-        return np.maximum(real, f(0))
-    if spec.activation == "hard_swish":
-        return real * np.maximum(f(0), np.minimum(f(1), real * f(1.0 / 6.0) + f(0.5)))
-    if spec.activation == "hard_sigmoid":
-        return np.maximum(f(0), np.minimum(f(1), real * f(spec.alpha) + f(spec.beta)))
-    raise AssertionError(spec.activation)
-
-
-def reference(
-    x: np.ndarray,
-    w: np.ndarray,
-    b: np.ndarray | None,
-    x_scale: float,
-    w_scale: np.ndarray,
-    spec: QConv2dSpec,
-    r: np.ndarray | None = None,
-) -> np.ndarray:
-    """The kiln::QConv semantics on NCHW/OIHW arrays: int64 accumulate, float32 epilogue."""
-    n, c, h, wd = x.shape
-    pt, pl, pb, pr = spec.pads
-    xp = np.full((n, c, h + pt + pb, wd + pl + pr), spec.x_zero, np.int64)
-    xp[:, :, pt : pt + h, pl : pl + wd] = x
-    xp -= spec.x_zero
-    oh, ow = spec.out_h, spec.out_w
-    (sh, sw), (dh, dw) = spec.strides, spec.dilations
-    acc = np.zeros((n, spec.out_channels, oh, ow), np.int64)
-    for kh in range(spec.kernel[0]):
-        for kw in range(spec.kernel[1]):
-            patch = xp[
-                :, :, kh * dh : kh * dh + sh * (oh - 1) + 1 : sh, kw * dw : kw * dw + sw * (ow - 1) + 1 : sw
-            ]
-            if spec.is_depthwise:
-                acc += patch * w[None, :, 0, kh, kw, None, None].astype(np.int64)
-            else:
-                acc += np.einsum("nchw,oc->nohw", patch, w[:, :, kh, kw].astype(np.int64))
-    if b is not None:
-        acc += b.astype(np.int64)[None, :, None, None]
-    assert np.abs(acc).max() < 2**31
-    m = (np.float64(x_scale) * np.asarray(w_scale, np.float64)).astype(np.float32)
-    real = acc.astype(np.float32) * m[None, :, None, None]
-    if r is not None:
-        real = real + (r.astype(np.int32) - spec.r_zero).astype(np.float32) * np.float32(spec.r_scale)
-    real = _act(real, spec)
-    if spec.out_dtype == "float32":
-        return real
-    lo, hi = QUANT_RANGES[spec.out_dtype]
-    q = np.rint(real / np.float32(spec.y_scale)).astype(np.int64) + spec.y_zero
-    return np.clip(q, lo, hi).astype(spec.out_dtype)
-
-
 def _build(spec: QConv2dSpec, target: TargetSpec) -> tuple[Any, str]:
     k = qconv2d_kernel(spec, target)
     assert k.out_shape == spec.out_shape and k.out_dtype == spec.out_dtype
@@ -105,115 +49,10 @@ def _build(spec: QConv2dSpec, target: TargetSpec) -> tuple[Any, str]:
     return lib, k.name
 
 
-def _run(
-    spec: QConv2dSpec,
-    target: TargetSpec,
-    x: np.ndarray,
-    w: np.ndarray,
-    b: np.ndarray | None,
-    x_scale: float,
-    w_scale: np.ndarray,
-    r: np.ndarray | None = None,
-) -> np.ndarray:
+def _run(spec: QConv2dSpec, target: TargetSpec, *inputs: Any) -> np.ndarray:
+    """Build ``spec`` for ``target`` and run it on the host: ``inputs`` as :func:`run_packed` takes them."""
     lib, name = _build(spec, target)
-    dev = tvm.cpu()
-    # padded input channels hold garbage on purpose: their packed weights are 0
-    args = [pack_qdata(x, spec.in_block, fill=201), pack_qweight(w, spec), pack_qbias(b, w, spec)]
-    args.append(pack_multiplier(x_scale, w_scale, spec))
-    if r is not None:
-        args.append(pack_qdata(r, spec.out_block))
-    t_args = [tvm.runtime.tensor(a, dev) for a in args]
-    out = tvm.runtime.tensor(np.zeros(spec.out_shape, spec.out_dtype), dev)
-    lib[name](*t_args, out)
-    return unpack_qoutput(out.numpy(), spec.out_channels)
-
-
-def _case(spec: QConv2dSpec, seed: int) -> tuple[Any, ...]:
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, (spec.batch, spec.in_channels, spec.in_h, spec.in_w)).astype(np.uint8)
-    w_ic = 1 if spec.is_depthwise else spec.in_channels
-    w = rng.integers(-128, 128, (spec.out_channels, w_ic, *spec.kernel)).astype(np.int8)
-    b = rng.integers(-20000, 20000, spec.out_channels).astype(np.int32)
-    w_scale = rng.uniform(0.0005, 0.004, spec.out_channels).astype(np.float32)
-    r = None
-    if spec.residual:
-        lo, hi = QUANT_RANGES[spec.r_dtype]
-        r = rng.integers(lo, hi + 1, (spec.batch, spec.out_channels, spec.out_h, spec.out_w)).astype(
-            spec.r_dtype
-        )
-    return x, w, b, 0.0137, w_scale, r
-
-
-P1 = (1, 1, 1, 1)
-CASES = {
-    "3x3_s1_p1_relu_xzero": QConv2dSpec(
-        1, 32, 10, 11, 40, (3, 3), pads=P1, x_zero=100, y_scale=0.05, y_zero=7, activation="relu"
-    ),
-    "1x1_int8_out": QConv2dSpec(2, 64, 7, 9, 32, (1, 1), out_dtype="int8", x_zero=5, y_scale=1.3, y_zero=-5),
-    "3x3_s2": QConv2dSpec(
-        1, 32, 15, 15, 32, (3, 3), strides=(2, 2), pads=P1, x_zero=128, y_scale=1.1, y_zero=128
-    ),
-    "stem_c3": QConv2dSpec(
-        1, 3, 20, 20, 16, (3, 3), strides=(2, 2), pads=P1, in_block=4, x_zero=114, y_scale=0.2, y_zero=3
-    ),
-    "dilated_asym_pad": QConv2dSpec(
-        1, 16, 9, 9, 16, (3, 3), pads=(2, 0, 1, 2), dilations=(2, 2), x_zero=9, y_scale=0.7, y_zero=60
-    ),
-    "depthwise_3x3": QConv2dSpec(
-        1, 32, 12, 12, 32, (3, 3), pads=P1, groups=32, x_zero=77, y_scale=0.05, y_zero=11
-    ),
-    "depthwise_3x3_s2_relu": QConv2dSpec(
-        1,
-        48,
-        13,
-        13,
-        48,
-        (3, 3),
-        strides=(2, 2),
-        pads=P1,
-        groups=48,
-        x_zero=3,
-        y_scale=0.05,
-        activation="relu",
-    ),
-    "float_out": QConv2dSpec(1, 32, 8, 8, 32, (3, 3), pads=P1, out_dtype="float32", x_zero=17),
-    "float_out_hard_swish": QConv2dSpec(
-        1, 32, 8, 8, 32, (3, 3), pads=P1, out_dtype="float32", x_zero=17, activation="hard_swish"
-    ),
-    "depthwise_5x5_hard_swish": QConv2dSpec(
-        1,
-        48,
-        3,
-        20,
-        48,
-        (5, 5),
-        pads=(2, 2, 2, 2),
-        groups=48,
-        x_zero=5,
-        y_scale=0.05,
-        y_zero=7,
-        activation="hard_swish",
-    ),  # fmt: skip
-    "ob12_hard_sigmoid": QConv2dSpec(
-        1,
-        40,
-        4,
-        6,
-        20,
-        (1, 1),
-        in_block=12,
-        out_block=12,
-        x_zero=51,
-        y_scale=0.004,
-        y_zero=3,
-        activation="hard_sigmoid",
-        alpha=0.2,
-        beta=0.5,
-    ),  # fmt: skip
-    "ob8": QConv2dSpec(
-        1, 16, 8, 8, 24, (3, 3), pads=P1, in_block=8, out_block=8, x_zero=1, y_scale=0.1, y_zero=128
-    ),
-}
+    return run_packed(lib[name], tvm.cpu(), spec, *inputs)
 
 
 @pytest.mark.parametrize("path", list(TARGETS))
@@ -223,7 +62,7 @@ def test_qconv_matches_reference_exactly(case: str, path: str) -> None:
     target = TARGETS[path]
     if not spec.is_depthwise:
         assert dot_kind(spec, target) == path
-    x, w, b, xs, ws, r = _case(spec, seed=len(case))
+    x, w, b, xs, ws, r = case_inputs(spec, seed=len(case))
     got = _run(spec, target, x, w, b, xs, ws, r)
     exp = reference(x, w, b, xs, ws, spec, r)
     assert got.dtype == exp.dtype and got.shape == exp.shape
@@ -260,7 +99,7 @@ def test_residual_and_activation(path: str, activation: str, r_dtype: str) -> No
         1, 32, 9, 9, 32, (3, 3), pads=P1, x_zero=40, y_scale=0.07, y_zero=20, activation=activation,
         residual=True, r_scale=0.031, r_zero=9 if r_dtype == "uint8" else -3, r_dtype=r_dtype,
     )  # fmt: skip
-    x, w, b, xs, ws, r = _case(spec, seed=11)
+    x, w, b, xs, ws, r = case_inputs(spec, seed=11)
     got = _run(spec, TARGETS[path], x, w, b, xs, ws, r)
     exp = reference(x, w, b, xs, ws, spec, r)
     assert len(np.unique(exp)) > 50
@@ -271,7 +110,7 @@ def test_residual_float_out() -> None:
     spec = QConv2dSpec(
         1, 16, 6, 6, 16, (1, 1), out_dtype="float32", x_zero=8, residual=True, r_scale=0.05, r_zero=100
     )
-    x, w, b, xs, ws, r = _case(spec, seed=3)
+    x, w, b, xs, ws, r = case_inputs(spec, seed=3)
     got = _run(spec, TARGETS["vnni"], x, w, b, xs, ws, r)
     exp = reference(x, w, b, xs, ws, spec, r)
     np.testing.assert_array_equal(got, exp)

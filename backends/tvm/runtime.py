@@ -189,7 +189,7 @@ class TvmModel:
 
         try:
             if self.is_cuda:
-                from backends.tvm.build import register_prebuilt_cuda
+                from backends.tvm.cuda_build import register_prebuilt_cuda
 
                 if not tvm.cuda(0).exist:
                     raise ModelFileError(f"{self.path}: a CUDA library, and this machine has no CUDA GPU")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import astuple, dataclass
 
-__all__ = ["ConvGeometry", "ceil_div"]
+import numpy as np
+
+__all__ = ["ConvGeometry", "ceil_div", "depthwise_weight", "check_weight_shape"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -80,3 +82,18 @@ class ConvGeometry:
     def key(self) -> str:
         """A short deterministic hash of all spec fields."""
         return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+
+
+def depthwise_weight(w: np.ndarray, spec: ConvGeometry) -> np.ndarray:
+    """Depthwise OIHW ``[C, 1, KH, KW]`` -> ``[C, KH, KW]`` (dtype kept); other shapes raise."""
+    kh, kw = spec.kernel
+    if w.shape != (spec.out_channels, 1, kh, kw):
+        raise ValueError(f"depthwise weight shape {w.shape} != {(spec.out_channels, 1, kh, kw)}")
+    return np.ascontiguousarray(w[:, 0])
+
+
+def check_weight_shape(w: np.ndarray, spec: ConvGeometry) -> None:
+    """Raise unless the conv has groups 1 and ``w`` is its OIHW ``[OC, IC, KH, KW]`` weight."""
+    expect = (spec.out_channels, spec.in_channels, *spec.kernel)
+    if spec.groups != 1 or w.shape != expect:
+        raise ValueError(f"weight shape {w.shape} (groups {spec.groups}) != {expect} with groups 1")

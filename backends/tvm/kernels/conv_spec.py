@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from backends.tvm.kernels.conv_geometry import ConvGeometry, ceil_div
+from backends.tvm.kernels.conv_geometry import ConvGeometry, check_weight_shape, depthwise_weight
 from backends.tvm.kernels.epilogue import ACTIVATIONS
+from compiler.ops.blocked_layout import pack
 
 if TYPE_CHECKING:
     from backends.tvm.kernels.kernel import Kernel
@@ -31,7 +32,6 @@ __all__ = [
     "pack_weight",
     "pack_bias",
     "pack_data",
-    "unpack_output",
     "supports",
 ]
 
@@ -75,15 +75,11 @@ def pack_weight(w: np.ndarray, spec: Conv2dSpec) -> np.ndarray:
     w = np.asarray(w, dtype=np.float32)
     oc_pad = spec.out_chunks * spec.out_block
     if spec.is_depthwise:
-        if w.shape != (spec.out_channels, 1, kh, kw):
-            raise ValueError(f"depthwise weight shape {w.shape} != {(spec.out_channels, 1, kh, kw)}")
         full = np.zeros((oc_pad, kh, kw), np.float32)
-        full[: spec.out_channels] = w[:, 0]
+        full[: spec.out_channels] = depthwise_weight(w, spec)
         packed = full.reshape(spec.out_chunks, spec.out_block, kh, kw).transpose(0, 2, 3, 1)
         return np.ascontiguousarray(packed)
-    expect = (spec.out_channels, spec.in_channels // spec.groups, kh, kw)
-    if spec.groups != 1 or w.shape != expect:
-        raise ValueError(f"weight shape {w.shape} (groups {spec.groups}) != {expect} with groups 1")
+    check_weight_shape(w, spec)
     ic_pad = spec.in_chunks * spec.in_block
     full = np.zeros((oc_pad, ic_pad, kh, kw), np.float32)
     full[: spec.out_channels, : spec.in_channels] = w
@@ -100,19 +96,8 @@ def pack_bias(b: np.ndarray | None, spec: Conv2dSpec) -> np.ndarray:
 
 
 def pack_data(x: np.ndarray, block: int) -> np.ndarray:
-    """NCHW -> NCHW[block]c, channels zero-padded to a multiple of ``block``."""
-    n, c, h, w = x.shape
-    chunks = ceil_div(c, block)
-    full = np.zeros((n, chunks * block, h, w), np.float32)
-    full[:, :c] = x
-    return np.ascontiguousarray(full.reshape(n, chunks, block, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def unpack_output(y: np.ndarray, channels: int) -> np.ndarray:
-    """NCHW[b]c -> NCHW, dropping the padded channels beyond ``channels``."""
-    n, chunks, h, w, block = y.shape
-    full = y.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, h, w)
-    return np.ascontiguousarray(full[:, :channels])
+    """NCHW -> NCHW[block]c float32, channels zero-padded to a multiple of ``block``."""
+    return pack(np.asarray(x, dtype=np.float32), block)
 
 
 def conv2d_kernel(spec: Conv2dSpec, target: TargetSpec) -> Kernel:

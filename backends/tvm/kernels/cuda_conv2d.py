@@ -22,10 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from backends.tvm.cuda_build import SCHEDULED_ATTR
+from backends.tvm.kernels.conv_geometry import ceil_div, check_weight_shape, depthwise_weight
 from backends.tvm.kernels.epilogue import ACTIVATIONS, activation_expr
 from backends.tvm.kernels.kernel import Kernel, mark_scheduled
 
 if TYPE_CHECKING:
+    from backends.tvm.kernels.conv_geometry import ConvGeometry
     from backends.tvm.kernels.conv_spec import Conv2dSpec
     from backends.tvm.target import TargetSpec
 
@@ -37,16 +40,14 @@ __all__ = [
     "cuda_conv_supported",
     "pack_cuda_weight",
     "schedule_implicit_gemm",
+    "schedule_depthwise",
+    "input_pos",
+    "im2col_pos",
     "mark_cuda_scheduled",
     "DEPTHWISE_THREADS",
 ]
 
-SCHEDULED_ATTR = "tirx.is_scheduled"  # the attribute dlight skips (same as backends.tvm.build)
 DEPTHWISE_THREADS = 128
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _pow2_at_least(v: int) -> int:
@@ -112,20 +113,30 @@ def cuda_conv_supported(spec: Conv2dSpec) -> bool:
 
 def _k_padded(spec: Conv2dSpec, bk: int) -> int:
     k = spec.in_channels * spec.kernel[0] * spec.kernel[1]
-    return _ceil_div(k, bk) * bk
+    return ceil_div(k, bk) * bk
+
+
+def input_pos(spec: ConvGeometry, oh: Any, ow: Any, kh: Any, kw: Any) -> tuple[Any, Any]:
+    """Input (row, col) tap ``(kh, kw)`` of output ``(oh, ow)`` reads: ``o*s + k*d - pad_begin``."""
+    (sh, sw), (dh, dw) = spec.strides, spec.dilations
+    return oh * sh + kh * dh - spec.pads[0], ow * sw + kw * dw - spec.pads[1]
+
+
+def im2col_pos(spec: ConvGeometry, k: Any, oh: Any, ow: Any) -> tuple[Any, Any, Any]:
+    """(channel index ``k // (KH*KW)``, input row, input col) of im2col row ``k`` at output (oh, ow)."""
+    kh_, kw_ = spec.kernel
+    c, r = k // (kh_ * kw_), k % (kh_ * kw_)
+    ih, iw = input_pos(spec, oh, ow, r // kw_, r % kw_)
+    return c, ih, iw
 
 
 def pack_cuda_weight(w: np.ndarray, spec: Conv2dSpec, bk: int = 8) -> np.ndarray:
     """OIHW float32 -> ``[Kp, OC]`` (general; rows ``k >= IC*KH*KW`` zero) or ``[C, KH, KW]`` (depthwise)."""
     w = np.asarray(w, dtype=np.float32)
-    kh, kw = spec.kernel
     if spec.is_depthwise:
-        if w.shape != (spec.out_channels, 1, kh, kw):
-            raise ValueError(f"depthwise weight shape {w.shape} != {(spec.out_channels, 1, kh, kw)}")
-        return np.ascontiguousarray(w[:, 0])
-    expect = (spec.out_channels, spec.in_channels, kh, kw)
-    if spec.groups != 1 or w.shape != expect:
-        raise ValueError(f"weight shape {w.shape} (groups {spec.groups}) != {expect} with groups 1")
+        return depthwise_weight(w, spec)
+    check_weight_shape(w, spec)
+    kh, kw = spec.kernel
     full = np.zeros((_k_padded(spec, bk), spec.out_channels), np.float32)
     full[: spec.in_channels * kh * kw] = w.reshape(spec.out_channels, -1).T
     return full
@@ -155,8 +166,6 @@ def cuda_conv2d_compute(spec: Conv2dSpec, bk: int = 8) -> list[Any]:
 
     n_, ic_, oc_ = spec.batch, spec.in_channels, spec.out_channels
     kh_, kw_ = spec.kernel
-    (sh, sw), (dh, dw) = spec.strides, spec.dilations
-    pt, pl = spec.pads[0], spec.pads[1]
     out_shape = (n_, oc_, spec.out_h, spec.out_w)
     data = te.placeholder((n_, ic_, spec.in_h, spec.in_w), "float32", name="data")
     bias = te.placeholder((oc_,), "float32", name="bias")
@@ -168,7 +177,7 @@ def cuda_conv2d_compute(spec: Conv2dSpec, bk: int = 8) -> list[Any]:
         rkw = te.reduce_axis((0, kw_), name="kw")
 
         def dw_body(n: Any, c: Any, oh: Any, ow: Any) -> Any:
-            ih, iw = oh * sh + rkh * dh - pt, ow * sw + rkw * dw - pl
+            ih, iw = input_pos(spec, oh, ow, rkh, rkw)
             x = tirx.if_then_else(_in_window(spec, ih, iw), data[n, c, ih, iw], zero)
             return te.sum(x * weight[c, rkh, rkw], axis=[rkh, rkw])
 
@@ -178,8 +187,7 @@ def cuda_conv2d_compute(spec: Conv2dSpec, bk: int = 8) -> list[Any]:
         weight = te.placeholder((kp, oc_), "float32", name="weight")
 
         def a_body(n: Any, k: Any, oh: Any, ow: Any) -> Any:
-            ic, r = k // (kh_ * kw_), k % (kh_ * kw_)
-            ih, iw = oh * sh + (r // kw_) * dh - pt, ow * sw + (r % kw_) * dw - pl
+            ic, ih, iw = im2col_pos(spec, k, oh, ow)
             ok = tirx.all(k < k_real, _in_window(spec, ih, iw))
             return tirx.if_then_else(ok, data[n, ic, ih, iw], zero)
 
@@ -239,7 +247,8 @@ def schedule_implicit_gemm(sch: Any, tile: GemmTile, a_block: str, w_buffer: str
     sch.decompose_reduction(conv, k_o)
 
 
-def _schedule_depthwise(sch: Any) -> None:
+def schedule_depthwise(sch: Any) -> None:
+    """One thread per ``conv`` output (``DEPTHWISE_THREADS`` a block), taps unrolled, ``epilogue`` inlined."""
     conv = sch.get_sblock("conv")
     epi = sch.get_sblock("epilogue")
     n, c, oh, ow, kh, kw = sch.get_loops(conv)
@@ -268,7 +277,7 @@ def cuda_conv2d_kernel(spec: Conv2dSpec, target: TargetSpec) -> Kernel:
     sch = s_tir.Schedule(te.create_prim_func(args))
     kh, kw = spec.kernel
     if spec.is_depthwise:
-        _schedule_depthwise(sch)
+        schedule_depthwise(sch)
         kind = "dw"
     else:
         schedule_implicit_gemm(sch, gemm_tile(spec.out_channels, spec.out_h, spec.out_w), "im2col", "weight")

@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backends.tvm.kernels.cuda_conv2d import gemm_tile, mark_cuda_scheduled, schedule_implicit_gemm
+from backends.tvm.kernels.conv_geometry import ceil_div, check_weight_shape, depthwise_weight
+from backends.tvm.kernels.cuda_conv2d import (
+    gemm_tile,
+    im2col_pos,
+    input_pos,
+    mark_cuda_scheduled,
+    schedule_depthwise,
+    schedule_implicit_gemm,
+)
 from backends.tvm.kernels.epilogue import activation_expr
 from backends.tvm.kernels.kernel import Kernel
 from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec, pack_multiplier, pack_qbias
@@ -44,10 +52,6 @@ __all__ = [
 QCONV_BK = 8  # k tile in 4-channel words (32 input channels x taps per shared-memory stage)
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def cuda_qconv_spec_ok(spec: QConv2dSpec) -> bool:
     """True for specs the CUDA int8 kernels build (``in_block`` 4: NCHW data packed to NCHW4c words)."""
     try:
@@ -58,7 +62,7 @@ def cuda_qconv_spec_ok(spec: QConv2dSpec) -> bool:
 
 
 def _k4(spec: QConv2dSpec) -> int:
-    return _ceil_div(spec.in_channels, 4) * spec.kernel[0] * spec.kernel[1]
+    return ceil_div(spec.in_channels, 4) * spec.kernel[0] * spec.kernel[1]
 
 
 def pack_cuda_qweight(w_q: np.ndarray, spec: QConv2dSpec, bk: int = QCONV_BK) -> np.ndarray:
@@ -70,20 +74,16 @@ def pack_cuda_qweight(w_q: np.ndarray, spec: QConv2dSpec, bk: int = QCONV_BK) ->
     w = np.asarray(w_q)
     if w.dtype != np.int8:
         raise ValueError(f"weights must be int8, got {w.dtype}")
-    kh, kw = spec.kernel
     if spec.is_depthwise:
-        if w.shape != (spec.out_channels, 1, kh, kw):
-            raise ValueError(f"depthwise weight shape {w.shape} != {(spec.out_channels, 1, kh, kw)}")
-        return np.ascontiguousarray(w[:, 0])
-    expect = (spec.out_channels, spec.in_channels, kh, kw)
-    if spec.groups != 1 or w.shape != expect:
-        raise ValueError(f"weight shape {w.shape} (groups {spec.groups}) != {expect} with groups 1")
-    c4 = _ceil_div(spec.in_channels, 4)
+        return depthwise_weight(w, spec)
+    check_weight_shape(w, spec)
+    kh, kw = spec.kernel
+    c4 = ceil_div(spec.in_channels, 4)
     full = np.zeros((spec.out_channels, c4 * 4, kh, kw), np.int8)
     full[:, : spec.in_channels] = w
     # o, c4, p, kh, kw -> c4, kh, kw, o, p
     words = full.reshape(spec.out_channels, c4, 4, kh, kw).transpose(1, 3, 4, 0, 2)
-    packed = np.zeros((_ceil_div(_k4(spec), bk) * bk, spec.out_channels, 4), np.int8)
+    packed = np.zeros((ceil_div(_k4(spec), bk) * bk, spec.out_channels, 4), np.int8)
     packed[: _k4(spec)] = words.reshape(-1, spec.out_channels, 4)
     return np.ascontiguousarray(packed).view("<i4")[..., 0].astype(np.int32)
 
@@ -164,8 +164,6 @@ def cuda_qconv2d_compute(spec: QConv2dSpec, gpu: bool = True, bk: int = QCONV_BK
 
     n_, ic_, oc_ = spec.batch, spec.in_channels, spec.out_channels
     kh_, kw_ = spec.kernel
-    (sh, sw), (dh, dw) = spec.strides, spec.dilations
-    pt, pl = spec.pads[0], spec.pads[1]
     out_shape = (n_, oc_, spec.out_h, spec.out_w)
     data = te.placeholder((n_, ic_, spec.in_h, spec.in_w), "uint8", name="data")
     bias = te.placeholder((oc_,), "int32", name="bias")
@@ -183,17 +181,16 @@ def cuda_qconv2d_compute(spec: QConv2dSpec, gpu: bool = True, bk: int = QCONV_BK
         rkw = te.reduce_axis((0, kw_), name="kw")
 
         def dw_body(n: Any, c: Any, oh: Any, ow: Any) -> Any:
-            x = pixel(n, c, oh * sh + rkh * dh - pt, ow * sw + rkw * dw - pl)
+            x = pixel(n, c, *input_pos(spec, oh, ow, rkh, rkw))
             return te.sum(x.astype("int32") * weight[c, rkh, rkw].astype("int32"), axis=[rkh, rkw])
 
         conv = te.compute(out_shape, dw_body, name="conv")
     else:
-        kp = _ceil_div(_k4(spec), bk) * bk
+        kp = ceil_div(_k4(spec), bk) * bk
         weight = te.placeholder((kp, oc_), "int32", name="weight")
 
         def a_body(n: Any, k: Any, oh: Any, ow: Any) -> Any:
-            c4, r = k // (kh_ * kw_), k % (kh_ * kw_)
-            ih, iw = oh * sh + (r // kw_) * dh - pt, ow * sw + (r % kw_) * dw - pl
+            c4, ih, iw = im2col_pos(spec, k, oh, ow)
             word, flip = tirx.const(0, "uint32"), tirx.const(128, "uint32")
             for p in range(4):
                 v = pixel(n, c4 * 4 + p, ih, iw, c4 * 4 + p < ic_).astype("uint32") ^ flip
@@ -231,21 +228,6 @@ def _accumulate_in_dp4a(sch: Any) -> None:
     replace_block_body(sch, block_rv, tirx.BufferStore(store.buffer, new_value, store.indices))
 
 
-def _schedule_depthwise(sch: Any) -> None:
-    from backends.tvm.kernels.cuda_conv2d import DEPTHWISE_THREADS
-
-    conv = sch.get_sblock("conv")
-    n, c, oh, ow, kh, kw = sch.get_loops(conv)
-    bx, tx = sch.split(sch.fuse(n, c, oh, ow), [None, DEPTHWISE_THREADS])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-    sch.set_scope(conv, 0, "local")
-    sch.reverse_compute_at(sch.get_sblock("epilogue"), tx)
-    sch.unroll(kh)
-    sch.unroll(kw)
-    sch.decompose_reduction(conv, kh)
-
-
 def cuda_qconv2d_kernel(spec: QConv2dSpec, target: TargetSpec) -> Kernel:
     """The scheduled CUDA int8 conv for ``spec`` (NCHW uint8 in, NCHW ``out_dtype`` out)."""
     from tvm import s_tir, te
@@ -255,7 +237,7 @@ def cuda_qconv2d_kernel(spec: QConv2dSpec, target: TargetSpec) -> Kernel:
     sch = s_tir.Schedule(te.create_prim_func(cuda_qconv2d_compute(spec, gpu=True)))
     kh, kw = spec.kernel
     if spec.is_depthwise:
-        _schedule_depthwise(sch)
+        schedule_depthwise(sch)
         kind = "dw"
     else:
         tile = gemm_tile(spec.out_channels, spec.out_h, spec.out_w, QCONV_BK)

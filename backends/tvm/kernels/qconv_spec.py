@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends.tvm.kernels.conv_geometry import ConvGeometry, ceil_div
+from backends.tvm.kernels.conv_geometry import ConvGeometry, check_weight_shape, depthwise_weight
 
 __all__ = [
     "QConv2dSpec",
@@ -36,8 +36,6 @@ __all__ = [
     "pack_qweight",
     "pack_qbias",
     "pack_multiplier",
-    "pack_qdata",
-    "unpack_qoutput",
 ]
 
 QUANT_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
@@ -109,16 +107,12 @@ def pack_qweight(w_q: np.ndarray, spec: QConv2dSpec) -> np.ndarray:
         raise ValueError(f"weights must be int8, got {w.dtype}")
     oc_pad = spec.out_chunks * spec.out_block
     if spec.is_depthwise:
-        if w.shape != (spec.out_channels, 1, kh, kw):
-            raise ValueError(f"depthwise weight shape {w.shape} != {(spec.out_channels, 1, kh, kw)}")
         full = np.zeros((oc_pad, kh, kw), np.int8)
-        full[: spec.out_channels] = w[:, 0]
+        full[: spec.out_channels] = depthwise_weight(w, spec)
         return np.ascontiguousarray(
             full.reshape(spec.out_chunks, spec.out_block, kh, kw).transpose(0, 2, 3, 1)
         )
-    expect = (spec.out_channels, spec.in_channels, kh, kw)
-    if spec.groups != 1 or w.shape != expect:
-        raise ValueError(f"weight shape {w.shape} (groups {spec.groups}) != {expect} with groups 1")
+    check_weight_shape(w, spec)
     ic_pad = spec.in_chunks * spec.in_block
     full = np.zeros((oc_pad, ic_pad, kh, kw), np.int8)
     full[: spec.out_channels, : spec.in_channels] = w
@@ -157,19 +151,3 @@ def pack_multiplier(x_scale: float, w_scale: np.ndarray, spec: QConv2dSpec) -> n
     full = np.zeros(spec.out_chunks * spec.out_block, np.float32)
     full[: spec.out_channels] = (np.float64(x_scale) * ws).astype(np.float32)
     return full.reshape(spec.out_chunks, spec.out_block)
-
-
-def pack_qdata(x: np.ndarray, block: int, fill: int = 0) -> np.ndarray:
-    """NCHW -> NCHW[block]c (dtype kept), padded channels filled with ``fill``."""
-    n, c, h, w = x.shape
-    chunks = ceil_div(c, block)
-    full = np.full((n, chunks * block, h, w), fill, x.dtype)
-    full[:, :c] = x
-    return np.ascontiguousarray(full.reshape(n, chunks, block, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def unpack_qoutput(y: np.ndarray, channels: int) -> np.ndarray:
-    """NCHW[b]c -> NCHW, dropping the padded channels beyond ``channels``."""
-    n, chunks, h, w, block = y.shape
-    full = y.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, h, w)
-    return np.ascontiguousarray(full[:, :channels])

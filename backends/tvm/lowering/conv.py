@@ -8,7 +8,7 @@ kernels do not cover) fall back to Relax's conv2d under the generic schedule.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,10 @@ from compiler.errors import ConversionError
 from compiler.ir.graph import Node
 from compiler.ops.qconv import qconv_multiplier
 from compiler.ops.shapes import resolve_pads, window_params
+
+if TYPE_CHECKING:
+    from backends.tvm.kernels.conv_spec import Conv2dSpec
+    from backends.tvm.kernels.qconv_spec import QConv2dSpec
 
 __all__: list[str] = []
 
@@ -66,6 +70,52 @@ def _act(node: Node) -> tuple[str, float, float]:
     return (getattr(a, "activation", "none"), float(getattr(a, "alpha", 0.0)), float(getattr(a, "beta", 0.0)))
 
 
+def _conv_inputs(
+    ctx: LowerContext, node: Node, ins: list[Any], w_dtype: type[np.generic], *, const_bias: bool
+) -> tuple[np.ndarray, np.ndarray | None, Any | None]:
+    """(constant weight as ``w_dtype``, constant bias or None, residual value or None).
+
+    With ``const_bias`` a bias input that is not a constant raises ConversionError.
+    """
+    w = ctx.require_const(node, 1, "weight").astype(w_dtype)
+    has_bias = len(ins) > 2 and ins[2] is not None
+    b = ctx.input_const(node, 2) if has_bias else None
+    if const_bias and has_bias and b is None:
+        raise ConversionError(f"{node.describe()}: a non-constant conv bias has no TVM lowering")
+    return w, b, ins[3] if len(ins) > 3 else None
+
+
+def _conv_spec(node: Node, fields: dict[str, Any], residual: bool) -> Conv2dSpec:
+    """The fp32 conv spec: ``fields`` (:func:`_conv_fields`) plus the node's fused activation."""
+    from backends.tvm.kernels.conv_spec import Conv2dSpec
+
+    act, alpha, beta = _act(node)
+    return Conv2dSpec(**fields, activation=act, alpha=alpha, beta=beta, residual=residual)
+
+
+def _qconv_spec(ctx: LowerContext, node: Node, fields: dict[str, Any], residual: bool) -> QConv2dSpec:
+    """The kiln::QConv spec: ``fields`` plus the node's zero points, scales, activation and residual grid."""
+    from backends.tvm.kernels.qconv_spec import QConv2dSpec
+
+    a = node.attrs
+    act, alpha, beta = _act(node)
+    return QConv2dSpec(
+        **fields,
+        in_dtype=ctx.in_type(node, 0).dtype.numpy.name,
+        out_dtype=a.out_dtype,
+        x_zero=int(a.x_zero),
+        y_scale=float(a.y_scale),
+        y_zero=int(a.y_zero),
+        activation=act,
+        alpha=alpha,
+        beta=beta,
+        residual=residual,
+        r_scale=float(a.r_scale),
+        r_zero=int(a.r_zero),
+        r_dtype=ctx.in_type(node, 3).dtype.numpy.name if residual else "uint8",
+    )
+
+
 @lowers("Conv", "kiln::FusedConv")
 def _conv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     if ctx.target.kind == "cuda":
@@ -73,17 +123,13 @@ def _conv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
 
         if (out := cuda_conv(ctx, node, ins)) is not None:
             return out
-    w = ctx.require_const(node, 1, "weight").astype(np.float32)
-    b = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
-    if len(ins) > 2 and ins[2] is not None and b is None:
-        raise ConversionError(f"{node.describe()}: a non-constant conv bias has no TVM lowering")
-    residual = ins[3] if len(ins) > 3 else None
+    w, b, residual = _conv_inputs(ctx, node, ins, np.float32, const_bias=True)
     fields = _conv_fields(ctx, node, w)
     act, alpha, beta = _act(node)
     if fields["in_block"]:
-        from backends.tvm.kernels.conv_spec import Conv2dSpec, conv2d_kernel, pack_bias, pack_weight
+        from backends.tvm.kernels.conv_spec import conv2d_kernel, pack_bias, pack_weight
 
-        spec = Conv2dSpec(**fields, activation=act, alpha=alpha, beta=beta, residual=residual is not None)
+        spec = _conv_spec(node, fields, residual is not None)
         args = [ins[0], ctx.const(pack_weight(w, spec)), ctx.const(pack_bias(b, spec))]
         if residual is not None:
             args.append(residual)
@@ -115,38 +161,15 @@ def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
         if (out := cuda_qconv(ctx, node, ins)) is not None:
             return out
     a = node.attrs
-    w = ctx.require_const(node, 1, "weight").astype(np.int8)
-    b = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
-    residual = ins[3] if len(ins) > 3 else None
+    w, b, residual = _conv_inputs(ctx, node, ins, np.int8, const_bias=False)
     fields = _conv_fields(ctx, node, w)
     w_scales = np.broadcast_to(np.asarray(a.w_scales, np.float32), (w.shape[0],))
     act, alpha, beta = _act(node)
-    in_dt = ctx.in_type(node, 0).dtype.numpy.name
     if fields["in_block"]:
         from backends.tvm.kernels.conv2d_int8 import qconv2d_kernel
-        from backends.tvm.kernels.qconv_spec import (
-            QConv2dSpec,
-            pack_multiplier,
-            pack_qbias,
-            pack_qweight,
-        )
+        from backends.tvm.kernels.qconv_spec import pack_multiplier, pack_qbias, pack_qweight
 
-        r_dt = ctx.in_type(node, 3).dtype.numpy.name if residual is not None else "uint8"
-        spec = QConv2dSpec(
-            **fields,
-            in_dtype=in_dt,
-            out_dtype=a.out_dtype,
-            x_zero=int(a.x_zero),
-            y_scale=float(a.y_scale),
-            y_zero=int(a.y_zero),
-            activation=act,
-            alpha=alpha,
-            beta=beta,
-            residual=residual is not None,
-            r_scale=float(a.r_scale),
-            r_zero=int(a.r_zero),
-            r_dtype=r_dt,
-        )
+        spec = _qconv_spec(ctx, node, fields, residual is not None)
         bias = None if b is None else b.astype(np.int32)
         args = [
             ins[0],
