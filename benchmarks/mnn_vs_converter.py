@@ -5,8 +5,9 @@ Usage, from the repository root (../shared must hold the developer models)::
     .venv/bin/python benchmarks/mnn_vs_converter.py                     # every model, 30 rounds
     .venv/bin/python benchmarks/mnn_vs_converter.py --models yunet_n_320 --rounds 20
 
-For each model four files are made from the same ONNX: Kiln (``compile_model`` with
-``emit=("mnn",)`` and ``MnnOptions(weights="fp32")`` / ``MnnOptions(weights="int8")``) and MNN's
+For each model five files are made from the same ONNX: Kiln (``compile_model`` with
+``emit=("mnn",)`` and ``MnnOptions(weights="fp32")`` / ``"int8"`` / ``"int8"`` with every layer
+quantized (``int8*``, the converter's policy)) and MNN's
 converter library (plain fp32, and ``--weightQuantBits 8``, its weight-only int8), called through
 ``tests.helpers.mnn_convert`` (never the telemetry-sending console script). Printed per model:
 
@@ -49,14 +50,21 @@ __all__ = ["main", "make_files", "latencies", "agreement"]
 
 STEMS = ["pan_mnv3s_skin_clothes_hair", "ppocr_mobile_v2_cls", "ultraface_rfb320", "yunet_n_320"]
 SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
-FILES = ("kiln fp32", "conv fp32", "kiln int8", "conv int8")
+FILES = ("kiln fp32", "conv fp32", "kiln int8", "kiln int8*", "conv int8")
+# Kiln's int8 weights keep a measured per-layer float fallback that holds cosine >= 0.999 (its
+# default); "kiln int8*" quantizes every layer, the converter's policy, for a like-for-like size.
+KILN_OPTIONS = {
+    "kiln fp32": MnnOptions(weights="fp32"),
+    "kiln int8": MnnOptions(weights="int8"),
+    "kiln int8*": MnnOptions(weights="int8", min_cosine=0.0),
+}
 
 
 def make_files(model: Path, shapes: Mapping[str, tuple[int, ...]], work: Path) -> dict[str, Path]:
-    """The four .mnn files of one model (Kiln fp32/int8, converter fp32/int8)."""
+    """The .mnn files of one model (Kiln's three, the converter's fp32 and int8)."""
     out: dict[str, Path] = {}
-    for weights in ("fp32", "int8"):
-        d = work / f"kiln_{weights}"
+    for i, (key, mnn) in enumerate(KILN_OPTIONS.items()):
+        d = work / f"kiln_{i}"
         opts = CompileOptions(
             model=model,
             out_dir=d,
@@ -64,11 +72,11 @@ def make_files(model: Path, shapes: Mapping[str, tuple[int, ...]], work: Path) -
             input_shapes=dict(shapes),
             verify=False,
             progress=False,
-            mnn=MnnOptions(weights=weights),
+            mnn=mnn,
         )
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             compile_model(opts)
-        out[f"kiln {weights}"] = d / "model.mnn"
+        out[key] = d / "model.mnn"
     out["conv fp32"] = onnx_to_mnn(model, work / "conv_fp32.mnn")
     out["conv int8"] = onnx_to_mnn(model, work / "conv_int8.mnn", "--weightQuantBits", "8")
     return out
@@ -157,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             ref = _ort(model, feeds)
             ms = latencies(files, feeds, args.rounds)
             for key in FILES:
-                other = "conv" + key[4:] if key.startswith("kiln") else None
+                other = "conv" + key[4:].rstrip("*") if key.startswith("kiln") else None
                 size = file_bytes(files[key])
                 size_r = f"{size / file_bytes(files[other]):9.3f}" if other else " " * 9
                 time_r = f"{ms[key] / ms[other]:9.3f}" if other else " " * 9

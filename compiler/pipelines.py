@@ -16,7 +16,9 @@ _BATCHNORM = FixedPoint(
     ("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"
 )
 _CLEANUP = FixedPoint(
-    ("fold-constants", "eliminate-identities", "eliminate-dead-nodes"), max_steps=8, name="cleanup"
+    ("fold-constants", "deduplicate-constants", "eliminate-identities", "eliminate-dead-nodes"),
+    max_steps=8,
+    name="cleanup",
 )
 
 PIPELINES: dict[str, list[PipelineItem]] = {
