@@ -41,6 +41,7 @@ ARM_CASES: dict[str, QConv2dSpec] = {
             "float_out_hard_swish",
             "ob12_hard_sigmoid",
             "ob8",
+            "ob8_clip",
         )
     },
     "residual_hard_swish_int8": QConv2dSpec(

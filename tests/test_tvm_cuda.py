@@ -202,6 +202,33 @@ INT8_SPECS: dict[str, dict[str, Any]] = {
         x_zero=17,
         out_dtype="float32",
     ),
+    "dw3x3_relu6": dict(
+        in_channels=8,
+        in_h=6,
+        in_w=7,
+        out_channels=8,
+        kernel=(3, 3),
+        pads=(1, 1, 1, 1),
+        groups=8,
+        x_zero=100,
+        y_scale=0.03,
+        y_zero=5,
+        activation="relu6",
+    ),
+    "dp4a3x3_clip": dict(
+        in_channels=12,
+        in_h=5,
+        in_w=5,
+        out_channels=6,
+        kernel=(3, 3),
+        pads=(1, 1, 1, 1),
+        x_zero=60,
+        y_scale=0.04,
+        y_zero=120,
+        activation="clip",
+        alpha=-2.5,
+        beta=3.0,
+    ),
 }
 
 
@@ -330,3 +357,14 @@ def test_kernels_compile_to_dp4a_and_shared_ptx() -> None:
         assert (".shared" in body) == gemm, name
         assert (len(re.findall(r"\bdp4a\.s32\.s32\b", body)) >= 8) == ("_dp4a" in name), name
         assert int(re.findall(r"\.maxntid (\d+)", body)[0]) >= 32, name
+    linear = {
+        k.name
+        for n in INT8_SPECS
+        if (spec := int8_case(n)[0]).linear_requant
+        for k in [cuda_qconv2d_kernel(spec, target)]
+    }
+    assert len(linear) == 3
+    for name, body in entries.items():
+        # the linear requantize: one float64 product rounded on its own, never an FMA
+        assert ("mul.rn.f64" in body) == (name[: -len("_kernel")] in linear), name
+        assert "fma.rn.f64" not in body, name

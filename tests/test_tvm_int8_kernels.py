@@ -5,7 +5,9 @@ u8/s8, which this host also runs) and for a plain int32 fallback (the host targe
 family). Every output is compared bit-exactly, integer and float32 alike: the integer part is exact
 by construction, and the float32 epilogue performs the same IEEE operations in the same order as the
 reference (the kernel fences the products that LLVM would otherwise contract into FMAs: the residual
-term and hard_swish/hard_sigmoid's ``alpha*x + beta``). tanh/sigmoid (libm vs numpy exp) are not
+term and hard_swish/hard_sigmoid's ``alpha*x + beta``); the linear requantize form (integer output,
+activation none/relu/relu6/clip, no residual) is one float64 product ``acc * M`` rounded once. The NCHW
+fallback of the kiln::QConv lowering (Relax ops, grouped convs) is checked against the registry reference. tanh/sigmoid (libm vs numpy exp) are not
 covered here: they cannot be bit-exact.
 """
 
@@ -138,6 +140,17 @@ def test_fenced_epilogue_is_vectorized(case: str) -> None:
     assert "vfmadd" not in asm and "vfmsub" not in asm  # the fences still block FMA contraction
 
 
+@pytest.mark.parametrize("case", ["3x3_s1_p1_relu_xzero", "depthwise_3x3", "ob8_clip"])
+def test_linear_requant_epilogue_is_vectorized(case: str) -> None:
+    """The float64 linear requantize runs on whole vectors (packed convert/multiply/round, no scalar ones)."""
+    spec = CASES[case]
+    assert spec.linear_requant
+    asm = _asm(spec, TARGETS["vnni"])
+    for scalar in ("vroundsd", "vcvtsi2sd", "vmulsd", "vcvttsd2si", "vroundss", "vdivss"):
+        assert scalar not in asm, scalar
+    assert "vmulpd" in asm and ("vrndscalepd" in asm or "vroundpd" in asm)
+
+
 def test_avx2_build_uses_exact_pmaddwd() -> None:
     asm = _asm(CASES["3x3_s1_p1_relu_xzero"], TARGETS["avx2"])
     assert "vpmaddwd" in asm and "vpmaddubsw" not in asm and "zmm" not in asm
@@ -160,8 +173,14 @@ def test_packing_layout() -> None:
     assert (
         bias.shape == (2, 4) and bias[1, 0] == 5 - 10 * int(w[4].astype(np.int64).sum()) and bias[1, 1] == 0
     )
-    m = pack_multiplier(0.1, np.full(5, 0.3, np.float32), spec)
-    assert m[0, 0] == np.float32(0.1 * np.float64(np.float32(0.3))) and m[1, 1] == 0
+    m = pack_multiplier(0.1, np.full(5, 0.3, np.float32), replace(spec, y_scale=0.7))
+    assert spec.linear_requant and m.dtype == np.float64 and m[1, 1] == 0
+    f64 = np.float64
+    assert m[0, 0] == f64(np.float32(0.1)) * f64(np.float32(0.3)) / f64(np.float32(0.7))
+    spec32 = replace(spec, out_dtype="float32")
+    m32 = pack_multiplier(0.1, np.full(5, 0.3, np.float32), spec32)
+    assert not spec32.linear_requant and m32.dtype == np.float32
+    assert m32[0, 0] == np.float32(0.1 * np.float64(np.float32(0.3))) and m32[1, 1] == 0
 
 
 def test_rejects_unsupported() -> None:
@@ -169,3 +188,50 @@ def test_rejects_unsupported() -> None:
         qconv2d_kernel(QConv2dSpec(1, 8, 4, 4, 8, (3, 3), groups=2), TARGETS["vnni"])
     with pytest.raises(ValueError):
         qconv2d_kernel(QConv2dSpec(1, 8, 4, 4, 8, (3, 3), in_block=6), TARGETS["vnni"])
+
+
+@pytest.mark.parametrize(
+    ("activation", "out_dtype"),
+    [("none", "uint8"), ("relu6", "int8"), ("clip", "uint8"), ("hard_swish", "uint8")],
+)
+def test_nchw_fallback_matches_registry_reference(activation: str, out_dtype: str) -> None:
+    """A grouped (not depthwise) kiln::QConv lowers to Relax ops; bit-exact against the op reference."""
+    from tvm import relax
+
+    from backends.tvm.build import compile_module
+    from backends.tvm.lower import lower_graph
+    from compiler.ir.graph import Graph
+    from compiler.ir.types import TensorType
+    from compiler.ops.qconv import QConvAttrs, linear_requant
+    from compiler.ops.registry import get_op
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (1, 8, 7, 6)).astype(np.uint8)
+    w = rng.integers(-128, 128, (6, 4, 3, 3)).astype(np.int8)
+    b = rng.integers(-3000, 3000, 6).astype(np.int32)
+    attrs = QConvAttrs(
+        group=2,
+        pads=(1, 1, 1, 1),
+        activation=activation,
+        alpha=-1.5 if activation == "clip" else 0.0,
+        beta=2.25 if activation == "clip" else 0.0,
+        x_scale=0.0137,
+        x_zero=90,
+        w_scales=tuple(float(v) for v in rng.uniform(0.001, 0.004, 6).astype(np.float32)),
+        y_scale=0.021,
+        y_zero=-7 if out_dtype == "int8" else 100,
+        out_dtype=out_dtype,
+    )
+    assert linear_requant(attrs) == (activation != "hard_swish")
+    g = Graph("qconv")
+    xv = g.add_input("x", TensorType.of(x))
+    node = g.add_node(
+        "QConv", [xv, g.add_constant(w, "w"), g.add_constant(b, "b")], attrs, domain="kiln", name="qconv"
+    )
+    g.set_outputs(g.outputs_of(node))
+    target = resolve_target("cpu")
+    vm = relax.VirtualMachine(compile_module(lower_graph(g, target).mod, target), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
+    exp = get_op("QConv", "kiln").reference([x, w, b], attrs, 1)[0]
+    assert got.dtype == exp.dtype and len(np.unique(exp)) > 20
+    np.testing.assert_array_equal(got, exp)

@@ -42,6 +42,8 @@ def prepare_graph(graph: Graph, target: TargetSpec) -> tuple[Graph, list[dict[st
     g = graph.clone()
     names = set(all_passes())
     passes = []
+    # a reloaded QDQ model (Conv -> Relu -> Q) fuses exactly as a compile does (no-op otherwise)
+    passes.append(make_pass("fuse-conv-bias-act"))
     if "fuse-quantized-conv" in names:
         # integer convs; then DequantizeLinear of constant weights elsewhere (Gemm) folds to float
         passes += [make_pass("fuse-quantized-conv"), make_pass("fold-constants")]

@@ -10,6 +10,20 @@ an optional residual r_q (uint8/int8, the output's shape). For output channel ``
     y    = real                                                    (out_dtype float32)
     y    = clip(round_half_even(real / float32(y_scale)) + y_zero, qmin, qmax)   (uint8/int8)
 
+except for the *linear requantize* form (:func:`linear_requant`: uint8/int8 output, activation none,
+relu, relu6 or clip, no residual), which rounds once in float64 with one multiplier per channel
+(every scale is a float32 value widened exactly; ``/`` and ``*`` are float64 operations)::
+
+    M[oc] = (float64(x_scale) * float64(w_scales[oc])) / float64(y_scale)
+    v     = float64(acc) * M[oc]
+    v     = max(v, 0)                                        (relu)
+    v     = min(max(v, 0), 6 / float64(y_scale))              (relu6)
+    v     = min(max(v, float64(alpha) / float64(y_scale)), float64(beta) / float64(y_scale))   (clip)
+    y     = clip(round_half_even(v) + y_zero, qmin, qmax)
+
+(``alpha``/``beta`` as float32 values). The float32 form rounds the product and the division
+separately and so lands on the wrong side of .5 more often than needed.
+
 It is exactly DequantizeLinear -> kiln::FusedConv -> QuantizeLinear up to float rounding, and
 expands back into those ops (bias scale = m per channel) so that ONNX can hold it.
 """
@@ -29,11 +43,22 @@ from compiler.ops.fused import ACTIVATIONS, KILN, FusedConvAttrs
 from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, get_op, register
 from compiler.ops.shapes import resolve_pads, window_params
 
-__all__ = ["QConvAttrs", "QCONV_OUT_DTYPES", "qconv_multiplier", "qconv_accumulate"]
+__all__ = [
+    "QConvAttrs",
+    "QCONV_OUT_DTYPES",
+    "LINEAR_ACTIVATIONS",
+    "qconv_multiplier",
+    "qconv_requant_multiplier",
+    "qconv_requant_bounds",
+    "linear_requant",
+    "linear_requant_form",
+    "qconv_accumulate",
+]
 
 QCONV_OUT_DTYPES = {"uint8": DType.UINT8, "int8": DType.INT8, "float32": DType.FLOAT32}
 _INT8_DTYPES = (DType.UINT8, DType.INT8)
 _INT32 = np.iinfo(np.int32)
+LINEAR_ACTIVATIONS = ("none", "relu", "relu6", "clip")
 
 
 @dataclass(frozen=True)
@@ -66,6 +91,41 @@ def qconv_multiplier(x_scale: float, w_scales: tuple[float, ...]) -> np.ndarray:
     xs = np.float64(np.float32(x_scale))
     ws = np.asarray(w_scales, dtype=np.float32).astype(np.float64)
     return (xs * ws).astype(np.float32)
+
+
+def qconv_requant_multiplier(
+    x_scale: float, w_scales: tuple[float, ...] | np.ndarray, y_scale: float
+) -> np.ndarray:
+    """M[oc] = (float64(f32 x_scale) * float64(f32 w_scales[oc])) / float64(f32 y_scale), float64."""
+    xs = np.float64(np.float32(x_scale))
+    ws = np.asarray(w_scales, dtype=np.float32).astype(np.float64).reshape(-1)
+    return (xs * ws) / np.float64(np.float32(y_scale))
+
+
+def qconv_requant_bounds(activation: str, alpha: float, beta: float, y_scale: float) -> tuple[float, float]:
+    """The linear form's activation bounds on ``v = acc * M`` (float64; -inf/inf where unbounded)."""
+    ys = np.float64(np.float32(y_scale))
+    if activation == "none":
+        return (-np.inf, np.inf)
+    if activation == "relu":
+        return (0.0, np.inf)
+    if activation == "relu6":
+        return (0.0, float(np.float64(6.0) / ys))
+    if activation == "clip":
+        lo = np.float64(np.float32(alpha)) / ys
+        hi = np.float64(np.float32(beta)) / ys
+        return (float(lo), float(hi))
+    raise ValueError(f"activation {activation!r} has no linear requantize form")
+
+
+def linear_requant_form(activation: str, residual: bool, out_dtype: str) -> bool:
+    """Whether a QConv with these properties requantizes in the linear float64 form."""
+    return out_dtype in ("uint8", "int8") and activation in LINEAR_ACTIVATIONS and not residual
+
+
+def linear_requant(attrs: QConvAttrs, residual: bool = False) -> bool:
+    """Whether the QConv ``attrs`` (with a residual input or not) uses the linear float64 requantize."""
+    return linear_requant_form(attrs.activation, residual, attrs.out_dtype)
 
 
 def qconv_accumulate(
@@ -138,6 +198,9 @@ def _reference(ins: list[np.ndarray | None], a: QConvAttrs, n: int) -> list[np.n
     acc = qconv_accumulate(x, w, b, a, a.x_zero)
     if acc.size and (acc.min() < _INT32.min or acc.max() > _INT32.max):
         raise ValueError("the int32 accumulator overflows")
+    if linear_requant(a, r is not None):
+        q = _linear_reference(acc, a, x.ndim - 2)
+        return [bl.pack(q, ob) if ob else q]
     mult = qconv_multiplier(a.x_scale, a.w_scales).reshape(-1, *(1,) * (x.ndim - 2))
     real = acc.astype(np.float32) * mult
     if r is not None:
@@ -152,6 +215,17 @@ def _reference(ins: list[np.ndarray | None], a: QConvAttrs, n: int) -> list[np.n
     info = np.iinfo(dt)
     q = np.clip(np.rint(real / np.float32(a.y_scale)) + np.float32(a.y_zero), info.min, info.max).astype(dt)
     return [bl.pack(q, ob) if ob else q]
+
+
+def _linear_reference(acc: np.ndarray, a: QConvAttrs, spatial: int) -> np.ndarray:
+    """The linear requantize form (module docstring) on the int64 accumulator."""
+    m = qconv_requant_multiplier(a.x_scale, a.w_scales, a.y_scale).reshape(-1, *(1,) * spatial)
+    v = acc.astype(np.float64) * m
+    lo, hi = qconv_requant_bounds(a.activation, a.alpha, a.beta, a.y_scale)
+    v = np.minimum(np.maximum(v, lo), hi)
+    dt = QCONV_OUT_DTYPES[a.out_dtype].numpy
+    info = np.iinfo(dt)
+    return np.clip(np.rint(v) + np.float64(a.y_zero), info.min, info.max).astype(dt)
 
 
 def _dq(g: Graph, v: Value, scale: np.ndarray, zero: np.ndarray, name: str) -> Value:
@@ -207,6 +281,7 @@ register(
         layout=Layout.SPATIAL,
         quant=QuantPolicy.NONE,
         expand=_expand,
-        doc="y = q(act(float32(conv(x_q - x_zero, w_q) + bias_q) * x_scale*w_scale[oc] + dq(r_q)))",
+        doc="y = q(act(float32(conv(x_q - x_zero, w_q) + bias_q) * x_scale*w_scale[oc] + dq(r_q))); "
+        "none/relu/relu6/clip to int: clip(rint(act(float64(acc) * x_scale*w_scale[oc]/y_scale)) + y_zero)",
     )
 )

@@ -1,8 +1,11 @@
 """The int8 conv (kiln::QConv) test tables and numpy reference shared by the x86 and ARM kernel tests.
 
 ``reference`` is the kiln::QConv semantics on NCHW/OIHW arrays: ``acc = sum (x - x_zero) * w + b``
-accumulated in int64, then the float32 epilogue in the kernels' operation order
-(``acc * m[oc] (+ (r - r_zero) * r_scale)``, activation, ``clip(rint(real / y_scale) + y_zero)``).
+accumulated in int64, then either the linear float64 requantize (``spec.linear_requant``:
+``clip(rint(clip(acc * M[oc], lo, hi)) + y_zero)`` with ``M = x_scale * w_scale[oc] / y_scale`` and the
+activation bounds divided by ``y_scale``, all float64 on float32 scales) or the float32 epilogue in the
+kernels' operation order (``acc * m[oc] (+ (r - r_zero) * r_scale)``, activation,
+``clip(rint(real / y_scale) + y_zero)``).
 ``run_packed`` packs one case's operands, calls a built kernel and unpacks its NCHW result.
 """
 
@@ -32,6 +35,10 @@ def _act(real: np.ndarray, spec: QConv2dSpec) -> np.ndarray:
         return real
     if spec.activation == "relu":
         return np.maximum(real, f(0))
+    if spec.activation == "relu6":
+        return np.minimum(np.maximum(real, f(0)), f(6))
+    if spec.activation == "clip":
+        return np.minimum(np.maximum(real, f(spec.alpha)), f(spec.beta))
     if spec.activation == "hard_swish":
         return real * np.maximum(f(0), np.minimum(f(1), real * f(1.0 / 6.0) + f(0.5)))
     if spec.activation == "hard_sigmoid":
@@ -69,6 +76,20 @@ def reference(
     if b is not None:
         acc += b.astype(np.int64)[None, :, None, None]
     assert np.abs(acc).max() < 2**31
+    if spec.linear_requant:
+        xs, ys = np.float64(np.float32(x_scale)), np.float64(np.float32(spec.y_scale))
+        big_m = xs * np.asarray(w_scale, np.float32).astype(np.float64) / ys
+        v = acc.astype(np.float64) * big_m[None, :, None, None]
+        bounds = {
+            "none": (-np.inf, np.inf),
+            "relu": (0.0, np.inf),
+            "relu6": (0.0, 6.0 / ys),
+            "clip": (np.float64(np.float32(spec.alpha)) / ys, np.float64(np.float32(spec.beta)) / ys),
+        }
+        lo_v, hi_v = bounds[spec.activation]
+        v = np.minimum(np.maximum(v, lo_v), hi_v)
+        qlo, qhi = QUANT_RANGES[spec.out_dtype]
+        return np.clip(np.rint(v).astype(np.int64) + spec.y_zero, qlo, qhi).astype(spec.out_dtype)
     m = (np.float64(x_scale) * np.asarray(w_scale, np.float64)).astype(np.float32)
     real = acc.astype(np.float32) * m[None, :, None, None]
     if r is not None:
@@ -167,6 +188,26 @@ CASES = {
     "ob8": QConv2dSpec(
         1, 16, 8, 8, 24, (3, 3), pads=P1, in_block=8, out_block=8, x_zero=1, y_scale=0.1, y_zero=128
     ),
+    "relu6_int8_out": QConv2dSpec(
+        1, 32, 6, 7, 32, (1, 1), out_dtype="int8", x_zero=90, y_scale=0.03, y_zero=-100, activation="relu6"
+    ),
+    "ob8_clip": QConv2dSpec(
+        1,
+        16,
+        8,
+        8,
+        24,
+        (3, 3),
+        pads=P1,
+        in_block=8,
+        out_block=8,
+        x_zero=1,
+        y_scale=0.1,
+        y_zero=128,
+        activation="clip",
+        alpha=-3.5,
+        beta=4.25,
+    ),  # fmt: skip
 }
 
 

@@ -19,6 +19,7 @@ Depthwise convs use plain int32 math vectorized over the channel block on every 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from backends.tvm.kernels.arm_int8_dot import (
@@ -94,13 +95,37 @@ def _needs_fence(spec: QConv2dSpec) -> bool:
     return spec.residual or spec.activation in ("hard_sigmoid", "hard_swish")
 
 
+def _linear_requant(v: Any, spec: QConv2dSpec, out_dtype: str) -> Any:
+    """Linear form on float64 ``v = acc * M``: ``clamp(round_half_even(clip(v, lo, hi)) + y_zero)``."""
+    from tvm import te, tirx
+
+    def f64(x: float) -> Any:
+        return tirx.const(float(x), "float64")
+
+    lo, hi = spec.requant_bounds
+    if not math.isinf(lo):
+        v = te.max(v, f64(lo))
+    if not math.isinf(hi):
+        v = te.min(v, f64(hi))
+    qmin, qmax = QUANT_RANGES[spec.out_dtype]
+    q = tirx.nearbyint(v) + f64(spec.y_zero)
+    return tirx.Cast(out_dtype, te.max(te.min(q, f64(qmax)), f64(qmin)))
+
+
 def _epilogue_value(acc: Any, bias: Any, mult: Any, res: Any, spec: QConv2dSpec, lanes: int) -> Any:
-    """The requantize epilogue on loaded values (all scalars, or all ``lanes``-wide vectors)."""
+    """The requantize epilogue on loaded values (all scalars, or all ``lanes``-wide vectors).
+
+    The linear form (``spec.linear_requant``) is ``acc * M`` in float64 (:func:`_linear_requant`); the
+    others are float32 (``acc * m``, residual, activation, ``/ y_scale``), as in the module docstring of
+    :mod:`backends.tvm.kernels.qconv_spec`.
+    """
     from tvm import te, tirx
 
     def dt(base: str) -> str:
         return base if lanes == 1 else f"{base}x{lanes}"
 
+    if spec.linear_requant:
+        return _linear_requant(tirx.Cast(dt("float64"), acc + bias) * mult, spec, dt(spec.out_dtype))
     real = tirx.Cast(dt("float32"), acc + bias) * mult
     if res is not None:
         r = tirx.Cast(dt("int32"), res) - tirx.const(spec.r_zero, "int32")
@@ -127,7 +152,7 @@ def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
     data = te.placeholder(spec.data_shape, spec.in_dtype, name="data")
     weight = te.placeholder(spec.weight_shape, "int8", name="weight")
     bias = te.placeholder((occ_, ob), "int32", name="bias")
-    mult = te.placeholder((occ_, ob), "float32", name="multiplier")
+    mult = te.placeholder((occ_, ob), spec.mult_dtype, name="multiplier")
     res = te.placeholder(spec.out_shape, spec.r_dtype, name="residual") if spec.residual else None
 
     if kind == "sdot":

@@ -11,13 +11,16 @@ same 4-channel words, ``[K4p, OC]`` int32 with ``k4 = (c4*KH + kh)*KW + kw`` (:f
 the shared implicit-GEMM schedule of :mod:`backends.tvm.kernels.cuda_conv2d` runs it with each update
 ``acc = __dp4a(a, w, acc)``. Depthwise convs: one thread per output, plain int32 math.
 
-The epilogue products use ``__fmul_rn`` (never contracted into an FMA), so the float rounding is the
-reference's. ``gpu=False`` builds the same compute for LLVM (``__dp4a`` emulated on bytes, plain
-multiplies) to validate the math on a CPU.
+The linear requantize (``spec.linear_requant``) is float64: ``v = __dmul_rn(double(acc), M[oc])``,
+the activation bounds, ``rint(v) + y_zero`` and the clamp, with ``M`` a float64 multiplier operand. The
+other epilogues are float32 and their products use ``__fmul_rn``. Neither product is ever contracted into
+an FMA, so the float rounding is the reference's. ``gpu=False`` builds the same compute for LLVM
+(``__dp4a`` emulated on bytes, plain multiplies) to validate the math on a CPU.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +104,7 @@ def pack_cuda_qbias(bias_q: np.ndarray | None, w_q: np.ndarray, spec: QConv2dSpe
 
 
 def pack_cuda_multiplier(x_scale: float, w_scale: np.ndarray, spec: QConv2dSpec) -> np.ndarray:
-    """float32 ``[OC]``: ``float32(float64(x_scale) * float64(w_scale[oc]))``."""
+    """``[OC]`` of :func:`pack_multiplier`: float64 ``M[oc]`` (linear requantize) or float32 ``m[oc]``."""
     return np.ascontiguousarray(pack_multiplier(x_scale, w_scale, spec).reshape(-1)[: spec.out_channels])
 
 
@@ -111,13 +114,14 @@ def _f32(v: float) -> Any:
     return tirx.const(float(v), "float32")
 
 
-def _multiply(gpu: bool) -> Callable[[Any, Any], Any]:
-    """``a * b`` rounded on its own: ``__fmul_rn`` on CUDA, an ``llvm.arithmetic.fence`` on LLVM."""
+def _multiply(gpu: bool, dtype: str = "float32") -> Callable[[Any, Any], Any]:
+    """``a * b`` rounded on its own: ``__fmul_rn``/``__dmul_rn`` on CUDA, ``llvm.arithmetic.fence`` else."""
     from tvm import tirx
 
     if gpu:
-        return lambda a, b: tirx.call_pure_extern("float32", "__fmul_rn", a, b)
-    return lambda a, b: tirx.call_llvm_pure_intrin("float32", "llvm.arithmetic.fence", a * b)
+        name = "__fmul_rn" if dtype == "float32" else "__dmul_rn"
+        return lambda a, b: tirx.call_pure_extern(dtype, name, a, b)
+    return lambda a, b: tirx.call_llvm_pure_intrin(dtype, "llvm.arithmetic.fence", a * b)
 
 
 def _dp4a(a: Any, b: Any, acc: Any, gpu: bool) -> Any:
@@ -136,10 +140,29 @@ def _dp4a(a: Any, b: Any, acc: Any, gpu: bool) -> Any:
     return total
 
 
+def _linear_requant(v: Any, spec: QConv2dSpec) -> Any:
+    """Linear form on float64 ``v = acc * M``: ``clamp(round_half_even(clip(v, lo, hi)) + y_zero)``."""
+    from tvm import te, tirx
+
+    def f64(x: float) -> Any:
+        return tirx.const(float(x), "float64")
+
+    lo, hi = spec.requant_bounds
+    if not math.isinf(lo):
+        v = te.max(v, f64(lo))
+    if not math.isinf(hi):
+        v = te.min(v, f64(hi))
+    qmin, qmax = QUANT_RANGES[spec.out_dtype]
+    q = tirx.nearbyint(v) + f64(spec.y_zero)
+    return tirx.Cast(spec.out_dtype, te.max(te.min(q, f64(qmax)), f64(qmin)))
+
+
 def _requantize(acc: Any, bias: Any, mult: Any, res: Any | None, spec: QConv2dSpec, gpu: bool) -> Any:
     """The kiln::QConv epilogue on int32 ``acc`` (same op order as the CPU kernel)."""
     from tvm import te, tirx
 
+    if spec.linear_requant:
+        return _linear_requant(_multiply(gpu, "float64")(tirx.Cast("float64", acc + bias), mult), spec)
     mul = _multiply(gpu)
     real = mul(tirx.Cast("float32", acc + bias), mult)
     if res is not None:
@@ -167,7 +190,7 @@ def cuda_qconv2d_compute(spec: QConv2dSpec, gpu: bool = True, bk: int = QCONV_BK
     out_shape = (n_, oc_, spec.out_h, spec.out_w)
     data = te.placeholder((n_, ic_, spec.in_h, spec.in_w), "uint8", name="data")
     bias = te.placeholder((oc_,), "int32", name="bias")
-    mult = te.placeholder((oc_,), "float32", name="multiplier")
+    mult = te.placeholder((oc_,), spec.mult_dtype, name="multiplier")
     res = te.placeholder(out_shape, spec.r_dtype, name="residual") if spec.residual else None
     xz = tirx.const(spec.x_zero, "uint8")
 

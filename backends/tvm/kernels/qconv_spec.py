@@ -1,10 +1,14 @@
 """The int8 conv2d kernel spec (kiln::QConv) for blocked NCHW[b]c layouts, and its constant packing.
 
-Math (integers exact; float32 epilogue):
+Math (integers exact; float64 or float32 epilogue, :mod:`compiler.ops.qconv`):
 
 * ``acc[n,oc,oh,ow] = sum_{ic,kh,kw} (x_q - x_zero) * w_q + bias_q[oc]`` in int32, computed as
   ``sum x_q * w_q + (bias_q[oc] - x_zero * sum(w_q[oc]))`` (the second term is :func:`pack_qbias`);
-* ``real = float32(acc) * m[oc]`` with ``m[oc] = float32(float64(x_scale) * float64(w_scale[oc]))``;
+* linear requantize (``spec.linear_requant``: uint8/int8 out, activation none/relu/relu6/clip, no
+  residual): ``y_q = clamp(round_half_even(clip(float64(acc) * M[oc], lo, hi)) + y_zero, qmin, qmax)``
+  with ``M[oc] = float64(x_scale) * float64(w_scale[oc]) / float64(y_scale)`` and the activation's bounds
+  ``lo, hi`` divided by ``y_scale`` in float64 (:func:`compiler.ops.qconv.qconv_requant_bounds`);
+* otherwise ``real = float32(acc) * m[oc]`` with ``m[oc] = float32(float64(x_scale) * float64(w_scale[oc]))``;
 * with a residual: ``real = real + float32(r_q - r_zero) * float32(r_scale)``;
 * ``real = act(real)`` (ONNX activation math, float32);
 * integer outputs: ``y_q = clamp(round_half_even(real / y_scale) + y_zero, qmin, qmax)``;
@@ -18,7 +22,7 @@ Layouts (channels zero-padded up to whole blocks; ``in_block`` is a multiple of 
   ``Wp[o, i, kh, kw, g, bo, p] = W[o*ob + bo, i*ib + 4*g + p, kh, kw]``, so the ``4*ob`` bytes one dot step
   reads (one 4-channel group, one output block) are contiguous;
 * depthwise weight ``[ceil(C/cb), KH, KW, cb]`` int8 with ``Wp[c, kh, kw, b] = W[c*cb + b, 0, kh, kw]``;
-* bias (int32) and multiplier (float32) ``[ceil(OC/ob), ob]``;
+* bias (int32) and multiplier (float64 ``M`` for the linear form, else float32 ``m``) ``[ceil(OC/ob), ob]``;
 * output and residual ``[N, ceil(OC/ob), OH, OW, ob]``.
 """
 
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.tvm.kernels.conv_geometry import ConvGeometry, check_weight_shape, depthwise_weight
+from compiler.ops.qconv import linear_requant_form, qconv_requant_bounds, qconv_requant_multiplier
 
 __all__ = [
     "QConv2dSpec",
@@ -59,6 +64,21 @@ class QConv2dSpec(ConvGeometry):
     r_scale: float = 1.0
     r_zero: int = 0
     r_dtype: str = "uint8"
+
+    @property
+    def linear_requant(self) -> bool:
+        """Whether the epilogue is the linear float64 requantize (see the module docstring)."""
+        return linear_requant_form(self.activation, self.residual, self.out_dtype)
+
+    @property
+    def mult_dtype(self) -> str:
+        """The multiplier operand's dtype: float64 for the linear requantize, float32 otherwise."""
+        return "float64" if self.linear_requant else "float32"
+
+    @property
+    def requant_bounds(self) -> tuple[float, float]:
+        """The linear form's activation bounds on ``acc * M`` (float64 values, +-inf where unbounded)."""
+        return qconv_requant_bounds(self.activation, self.alpha, self.beta, self.y_scale)
 
     @property
     def weight_shape(self) -> tuple[int, ...]:
@@ -139,15 +159,21 @@ def pack_qbias(bias_q: np.ndarray | None, w_q: np.ndarray, spec: QConv2dSpec) ->
 
 
 def pack_multiplier(x_scale: float, w_scale: np.ndarray, spec: QConv2dSpec) -> np.ndarray:
-    """``float32(float64(x_scale) * float64(w_scale[oc]))`` as float32 ``[out_chunks, out_block]``.
+    """The per-channel multiplier ``[out_chunks, out_block]`` (zero padded), ``spec.mult_dtype``.
 
-    A scalar ``w_scale`` (per-tensor) is broadcast to every output channel.
+    Linear requantize: float64 ``M[oc] = float64(x_scale) * float64(w_scale[oc]) / float64(spec.y_scale)``;
+    otherwise float32 ``m[oc] = float32(float64(x_scale) * float64(w_scale[oc]))``. Scales are taken as
+    float32 values (``x_scale`` as given in the float32 form); a scalar ``w_scale`` (per-tensor) is
+    broadcast to every output channel.
     """
-    ws = np.asarray(w_scale).astype(np.float64).reshape(-1)
+    ws = np.asarray(w_scale, dtype=np.float32).reshape(-1)
     if ws.size == 1:
-        ws = np.full(spec.out_channels, ws[0])
+        ws = np.full(spec.out_channels, ws[0], np.float32)
     if ws.size != spec.out_channels:
         raise ValueError(f"w_scale has {ws.size} entries, spec has {spec.out_channels} channels")
-    full = np.zeros(spec.out_chunks * spec.out_block, np.float32)
-    full[: spec.out_channels] = (np.float64(x_scale) * ws).astype(np.float32)
+    full = np.zeros(spec.out_chunks * spec.out_block, spec.mult_dtype)
+    if spec.linear_requant:
+        full[: spec.out_channels] = qconv_requant_multiplier(x_scale, ws, spec.y_scale)
+    else:
+        full[: spec.out_channels] = (np.float64(x_scale) * ws.astype(np.float64)).astype(np.float32)
     return full.reshape(spec.out_chunks, spec.out_block)

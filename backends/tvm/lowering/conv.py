@@ -17,7 +17,12 @@ from backends.tvm.lowering.table import LowerContext, lowers
 from backends.tvm.lowering.tensor import layout_block
 from compiler.errors import ConversionError
 from compiler.ir.graph import Node
-from compiler.ops.qconv import qconv_multiplier
+from compiler.ops.qconv import (
+    linear_requant,
+    qconv_multiplier,
+    qconv_requant_bounds,
+    qconv_requant_multiplier,
+)
 from compiler.ops.shapes import resolve_pads, window_params
 
 if TYPE_CHECKING:
@@ -197,6 +202,8 @@ def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     )
     if b is not None:
         acc = ctx.emit(op.add(acc, ctx.const(b.astype(np.int32).reshape(1, -1, 1, 1))))
+    if linear_requant(a, residual is not None):
+        return [_linear_requant(ctx, node, acc, int(w.shape[0]))]
     mult = np.broadcast_to(qconv_multiplier(float(a.x_scale), tuple(a.w_scales)), (w.shape[0],))
     real = ctx.emit(op.multiply(op.astype(acc, "float32"), ctx.const(mult.reshape(1, -1, 1, 1))))
     if residual is not None:
@@ -206,6 +213,27 @@ def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     if a.out_dtype == "float32":
         return [real]
     return [quantize(ctx, real, np.array(a.y_scale, np.float32), np.array(a.y_zero, np.int32), a.out_dtype)]
+
+
+def _linear_requant(ctx: LowerContext, node: Node, acc: Any, channels: int) -> Any:
+    """kiln::QConv's linear requantize on the int32 NCHW ``acc`` in float64 Relax ops:
+    ``clip(round_half_even(clip(acc * M[oc], lo, hi)) + y_zero, qmin, qmax)``."""
+    op = _op()
+    a = node.attrs
+    m = qconv_requant_multiplier(float(a.x_scale), tuple(a.w_scales), float(a.y_scale))
+    m = np.ascontiguousarray(np.broadcast_to(m, (channels,)).reshape(1, -1, 1, 1))
+    v = op.multiply(op.astype(acc, "float64"), ctx.const(m))
+    lo, hi = qconv_requant_bounds(a.activation, float(a.alpha), float(a.beta), float(a.y_scale))
+    if not np.isinf(lo):
+        v = op.maximum(v, ctx.const(np.array(lo)))
+    if not np.isinf(hi):
+        v = op.minimum(v, ctx.const(np.array(hi)))
+    info = np.iinfo(a.out_dtype)
+    q = op.add(op.round(v), ctx.const(np.array(float(a.y_zero))))
+    q = op.minimum(
+        op.maximum(q, ctx.const(np.array(float(info.min)))), ctx.const(np.array(float(info.max)))
+    )
+    return ctx.emit(op.astype(q, a.out_dtype))
 
 
 @lowers("ConvTranspose")

@@ -3,7 +3,8 @@
 ``Conv`` / ``kiln::FusedConv`` (fp32) run as :func:`cuda_conv2d_kernel` with bias, residual and
 activation fused; ``kiln::QConv`` with uint8 activations runs as :func:`cuda_qconv2d_kernel` (requantize
 fused). Both return None for what the kernels do not cover (grouped non-depthwise convs, int8
-activations, blocked layouts): the caller then emits its Relax fallback.
+activations, blocked layouts): the caller then emits its Relax fallback. The int8 multiplier operand is
+float64 for kiln::QConv's linear requantize form and float32 otherwise (``spec.mult_dtype``).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def cuda_qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any] | Non
         ins[0],
         ctx.const(pack_cuda_qweight(w, spec)),
         ctx.const(pack_cuda_qbias(bias, w, spec)),
-        ctx.const(pack_cuda_multiplier(float(a.x_scale), w_scales, spec)),
+        ctx.const(pack_cuda_multiplier(float(a.x_scale), w_scales, spec)),  # float64 or float32
     ]
     if residual is not None:
         args.append(residual)

@@ -41,10 +41,11 @@ class LowerContext:
         return self.bb.emit(expr)
 
     def const(self, array: np.ndarray) -> Expr:
-        """A Relax constant (weights end up inside the compiled library)."""
+        """A Relax constant of ``array``'s own dtype (weights end up inside the compiled library;
+        without the dtype Relax would narrow float64 to float32 and int64 to int32)."""
         from tvm import relax
 
-        return relax.const(np.ascontiguousarray(array))
+        return relax.const(np.ascontiguousarray(array), str(array.dtype))
 
     def scalar(self, value: float, dtype: str) -> Expr:
         """A 0-d constant of ``dtype``."""
