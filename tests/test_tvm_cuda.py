@@ -24,8 +24,7 @@ from backends.tvm.cuda_build import source_key, unbound_kernels
 from tests.conftest import MODEL_STEMS
 from tests.helpers.shared_compile import compile_shared
 
-INT8_STEMS = ["yunet_n_320", "ppocr_mobile_v2_cls"]
-SM80_STEMS = ["yunet_n_320"]
+ARCHS = ("cuda:sm_80", "cuda:sm_90")
 
 
 def compile_cuda(stem: str, out: Path, target: str, *, int8: bool) -> Path:
@@ -35,10 +34,8 @@ def compile_cuda(stem: str, out: Path, target: str, *, int8: bool) -> Path:
 
 
 def _cases() -> list[tuple[str, str, bool]]:
-    cases = [(s, "cuda:sm_90", False) for s in MODEL_STEMS]
-    cases += [(s, "cuda:sm_90", True) for s in INT8_STEMS]
-    cases += [(s, "cuda:sm_80", False) for s in SM80_STEMS]
-    return cases
+    """Every shared model for sm_80 and sm_90, fp32 and int8."""
+    return [(s, arch, int8) for s in MODEL_STEMS for arch in ARCHS for int8 in (False, True)]
 
 
 @pytest.fixture(scope="module", params=_cases(), ids=lambda c: f"{c[0]}-{c[1]}-{'int8' if c[2] else 'fp32'}")
