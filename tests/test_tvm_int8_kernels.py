@@ -151,6 +151,15 @@ def test_linear_requant_epilogue_is_vectorized(case: str) -> None:
     assert "vmulpd" in asm and ("vrndscalepd" in asm or "vroundpd" in asm)
 
 
+def test_linear_requant_store_is_not_re_vectorized_across_pixels() -> None:
+    """A 16-pixel output tile with 16 channels once made LLVM gather accumulators and extract
+    bytes one by one; the epilogue must read and store whole blocks."""
+    spec = QConv2dSpec(1, 16, 160, 160, 16, (1, 1), y_scale=0.025, y_zero=169)
+    asm = _asm(spec, TARGETS["vnni"])
+    assert "vpextrb" not in asm and "vpgatherqd" not in asm
+    assert "vpmovdb" in asm or "vpmovusdb" in asm
+
+
 def test_avx2_build_uses_exact_pmaddwd() -> None:
     asm = _asm(CASES["3x3_s1_p1_relu_xzero"], TARGETS["avx2"])
     assert "vpmaddwd" in asm and "vpmaddubsw" not in asm and "zmm" not in asm
