@@ -8,6 +8,7 @@ Usage (repo root): ``.venv/bin/python scripts/gpu_check.py [OUT_DIR]``.
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -88,18 +89,11 @@ def _run_ort(model: Path, feeds: dict[str, np.ndarray]) -> tuple[list[np.ndarray
     return [np.asarray(o) for o in outs], _median_ms(lambda: sess.run(None, feeds))
 
 
-def _rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a.astype(np.float64) - b)) / max(float(np.max(np.abs(b))), 1e-12))
-
-
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    x, y = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    return float(x @ y) / max(float(np.linalg.norm(x) * np.linalg.norm(y)), 1e-30)
-
-
 def main(argv: list[str]) -> int:
     """Compile, run, compare, time; returns the exit status."""
-    out_root = Path(argv[0]) if argv else Path("/tmp/kiln_gpu_check")
+    from compiler.metrics import agreement
+
+    out_root = Path(argv[0]) if argv else Path(tempfile.mkdtemp(prefix="kiln-gpu-check-"))
     rows, failed = [], False
     for stem in STEMS:
         feeds = {k: np.asarray(v) for k, v in np.load(MODELS / "data" / f"{stem}.npz").items()}
@@ -114,10 +108,10 @@ def main(argv: list[str]) -> int:
                 ref_model = next(out.glob("*.onnx")) if int8 else MODELS / f"{stem}.onnx"
                 ref, ort_ms = _run_ort(ref_model, feeds)
                 if int8:
-                    score = min(_cos(g, r) for g, r in zip(got, ref, strict=True))
+                    score = min(agreement(g, r).cosine for g, r in zip(got, ref, strict=True))
                     ok = score >= INT8_MIN_COSINE
                 else:
-                    score = max(_rel(g, r) for g, r in zip(got, ref, strict=True))
+                    score = max(agreement(g, r).max_rel for g, r in zip(got, ref, strict=True))
                     ok = score <= FP32_MAX_REL
                 rows.append(
                     (stem, prec, f"{score:.3g}", f"{build_s:.1f}", f"{gpu_ms:.3f}", f"{ort_ms:.3f}", ok)

@@ -20,6 +20,6 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version -
 "$PY" -c "import tvm, onnxruntime; assert tvm.cuda(0).exist, 'TVM sees no CUDA device'" \
   || { echo "gpu_check: TVM cannot see a CUDA device" >&2; exit 2; }
 status=0
-"$PY" scripts/gpu_check.py "${1:-/tmp/kiln_gpu_check}" || status=1
+"$PY" scripts/gpu_check.py "$@" || status=1
 "$PY" -m pytest -q -m gpu tests/test_tvm_cuda_gpu.py || status=1
 exit $status
