@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 
 demo: venv
 	$(PY) -m examples.digits.train $(DEMO)/example
-	$(BIN)/kiln compile $(DEMO)/example/digits_cnn.onnx -o $(DEMO)/compiled \
+	$(BIN)/kiln compile $(DEMO)/example/digits_cnn.onnx -o $(DEMO)/compiled --emit onnx --target cpu \
 		--inputs $(DEMO)/example/digits_inputs.npz
 	$(BIN)/kiln compile $(DEMO)/example/digits_cnn.onnx -o $(DEMO)/compiled-int8 --quantize int8 \
 		--calib $(DEMO)/example/digits_calib.npz --inputs $(DEMO)/example/digits_inputs.npz
