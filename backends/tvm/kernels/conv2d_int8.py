@@ -19,7 +19,6 @@ Depthwise convs use plain int32 math vectorized over the channel block on every 
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from backends.tvm.kernels.arm_int8_dot import (
@@ -31,7 +30,7 @@ from backends.tvm.kernels.arm_int8_dot import (
 )
 from backends.tvm.kernels.epilogue import activation_expr
 from backends.tvm.kernels.kernel import Kernel, mark_scheduled
-from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec
+from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec, linear_requant_expr
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -95,27 +94,10 @@ def _needs_fence(spec: QConv2dSpec) -> bool:
     return spec.residual or spec.activation in ("hard_sigmoid", "hard_swish")
 
 
-def _linear_requant(v: Any, spec: QConv2dSpec, out_dtype: str) -> Any:
-    """Linear form on float64 ``v = acc * M``: ``clamp(round_half_even(clip(v, lo, hi)) + y_zero)``."""
-    from tvm import te, tirx
-
-    def f64(x: float) -> Any:
-        return tirx.const(float(x), "float64")
-
-    lo, hi = spec.requant_bounds
-    if not math.isinf(lo):
-        v = te.max(v, f64(lo))
-    if not math.isinf(hi):
-        v = te.min(v, f64(hi))
-    qmin, qmax = QUANT_RANGES[spec.out_dtype]
-    q = tirx.nearbyint(v) + f64(spec.y_zero)
-    return tirx.Cast(out_dtype, te.max(te.min(q, f64(qmax)), f64(qmin)))
-
-
 def _epilogue_value(acc: Any, bias: Any, mult: Any, res: Any, spec: QConv2dSpec, lanes: int) -> Any:
     """The requantize epilogue on loaded values (all scalars, or all ``lanes``-wide vectors).
 
-    The linear form (``spec.linear_requant``) is ``acc * M`` in float64 (:func:`_linear_requant`); the
+    The linear form (``spec.linear_requant``) is ``acc * M`` in float64 (:func:`linear_requant_expr`); the
     others are float32 (``acc * m``, residual, activation, ``/ y_scale``), as in the module docstring of
     :mod:`backends.tvm.kernels.qconv_spec`.
     """
@@ -125,7 +107,7 @@ def _epilogue_value(acc: Any, bias: Any, mult: Any, res: Any, spec: QConv2dSpec,
         return base if lanes == 1 else f"{base}x{lanes}"
 
     if spec.linear_requant:
-        return _linear_requant(tirx.Cast(dt("float64"), acc + bias) * mult, spec, dt(spec.out_dtype))
+        return linear_requant_expr(tirx.Cast(dt("float64"), acc + bias) * mult, spec, dt(spec.out_dtype))
     real = tirx.Cast(dt("float32"), acc + bias) * mult
     if res is not None:
         r = tirx.Cast(dt("int32"), res) - tirx.const(spec.r_zero, "int32")
@@ -232,9 +214,9 @@ def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
 def _linear_halves(load: Any, spec: QConv2dSpec, kind: str) -> Any:
     """The linear requantize on ``out_block`` lanes as float64 halves of (at most) 8 lanes each.
 
-    Each half is ``acc * M`` clamped and rounded in float64 (:func:`_linear_requant`) and converted to int32
-    (exact: the value is already an integer in ``[qmin, qmax]``); the int32 halves are concatenated into one
-    ``out_block``-wide vector and narrowed to the output dtype once (one packed store, no per-byte extracts).
+    Each half is ``acc * M`` clamped and rounded in float64 (:func:`linear_requant_expr`), then converted
+    to int32 (exact: the value is already an integer in ``[qmin, qmax]``); the int32 halves are joined into
+    one ``out_block``-wide vector and narrowed to the output dtype once: one packed store.
     """
     from tvm import tirx
 
@@ -249,7 +231,7 @@ def _linear_halves(load: Any, spec: QConv2dSpec, kind: str) -> Any:
         if kind == "sdot":
             acc = load("wsum", half, 1, h) + acc
         real = tirx.Cast(f"float64x{half}", acc + load("bias", half, 1, h)) * load("multiplier", half, 1, h)
-        parts.append(_linear_requant(real, spec, f"int32x{half}"))
+        parts.append(linear_requant_expr(real, spec, f"int32x{half}"))
     whole = (
         parts[0] if len(parts) == 1 else tirx.Shuffle(parts, [tirx.const(i, "int32") for i in range(lanes)])
     )

@@ -20,7 +20,6 @@ an FMA, so the float rounding is the reference's. ``gpu=False`` builds the same 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,13 @@ from backends.tvm.kernels.cuda_conv2d import (
 )
 from backends.tvm.kernels.epilogue import activation_expr
 from backends.tvm.kernels.kernel import Kernel
-from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec, pack_multiplier, pack_qbias
+from backends.tvm.kernels.qconv_spec import (
+    QUANT_RANGES,
+    QConv2dSpec,
+    linear_requant_expr,
+    pack_multiplier,
+    pack_qbias,
+)
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -140,29 +145,14 @@ def _dp4a(a: Any, b: Any, acc: Any, gpu: bool) -> Any:
     return total
 
 
-def _linear_requant(v: Any, spec: QConv2dSpec) -> Any:
-    """Linear form on float64 ``v = acc * M``: ``clamp(round_half_even(clip(v, lo, hi)) + y_zero)``."""
-    from tvm import te, tirx
-
-    def f64(x: float) -> Any:
-        return tirx.const(float(x), "float64")
-
-    lo, hi = spec.requant_bounds
-    if not math.isinf(lo):
-        v = te.max(v, f64(lo))
-    if not math.isinf(hi):
-        v = te.min(v, f64(hi))
-    qmin, qmax = QUANT_RANGES[spec.out_dtype]
-    q = tirx.nearbyint(v) + f64(spec.y_zero)
-    return tirx.Cast(spec.out_dtype, te.max(te.min(q, f64(qmax)), f64(qmin)))
-
-
 def _requantize(acc: Any, bias: Any, mult: Any, res: Any | None, spec: QConv2dSpec, gpu: bool) -> Any:
     """The kiln::QConv epilogue on int32 ``acc`` (same op order as the CPU kernel)."""
     from tvm import te, tirx
 
     if spec.linear_requant:
-        return _linear_requant(_multiply(gpu, "float64")(tirx.Cast("float64", acc + bias), mult), spec)
+        return linear_requant_expr(
+            _multiply(gpu, "float64")(tirx.Cast("float64", acc + bias), mult), spec, spec.out_dtype
+        )
     mul = _multiply(gpu)
     real = mul(tirx.Cast("float32", acc + bias), mult)
     if res is not None:

@@ -28,7 +28,9 @@ Layouts (channels zero-padded up to whole blocks; ``in_block`` is a multiple of 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from backends.tvm.kernels.conv_geometry import ConvGeometry, check_weight_shape,
 from compiler.ops.qconv import linear_requant_form, qconv_requant_bounds, qconv_requant_multiplier
 
 __all__ = [
+    "linear_requant_expr",
     "QConv2dSpec",
     "QUANT_RANGES",
     "pack_qweight",
@@ -177,3 +180,20 @@ def pack_multiplier(x_scale: float, w_scale: np.ndarray, spec: QConv2dSpec) -> n
     else:
         full[: spec.out_channels] = (np.float64(x_scale) * ws.astype(np.float64)).astype(np.float32)
     return full.reshape(spec.out_chunks, spec.out_block)
+
+
+def linear_requant_expr(v: Any, spec: QConv2dSpec, out_dtype: str) -> Any:
+    """Linear form on float64 ``v = acc * M``: ``clamp(round_half_even(clip(v, lo, hi)) + y_zero)``."""
+    from tvm import te, tirx
+
+    def f64(x: float) -> Any:
+        return tirx.const(float(x), "float64")
+
+    lo, hi = spec.requant_bounds
+    if not math.isinf(lo):
+        v = te.max(v, f64(lo))
+    if not math.isinf(hi):
+        v = te.min(v, f64(hi))
+    qmin, qmax = QUANT_RANGES[spec.out_dtype]
+    q = tirx.nearbyint(v) + f64(spec.y_zero)
+    return tirx.Cast(out_dtype, te.max(te.min(q, f64(qmax)), f64(qmin)))
