@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
-# Run on a machine with an NVIDIA GPU, from the repo root, offline: every shared model built with
-# --target cuda (fp32 and int8), run with the TVM runtime on the GPU, compared with onnxruntime on
-# the CPU and timed (scripts/gpu_check.py), then `pytest -m gpu`. Exits non-zero on any failure.
+# GPU check, offline, from the repo root. Exits non-zero on any failure.
+#
+#   scripts/gpu_check.sh        every shared model built with --target cuda (fp32 and int8) here, run on
+#                               the GPU, compared with onnxruntime and timed (scripts/gpu_check.py), then
+#                               `pytest -m gpu`. Needs .venv with TVM's compiler, nvcc and a GPU.
+#   scripts/gpu_check.sh DIR    run cases prebuilt by `scripts/gpu_check.py build DIR` on a machine with
+#                               TVM's compiler: here only TVM's runtime, numpy (and onnxruntime for the
+#                               CPU column) are needed, as on a deployment machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -x .venv/bin/python ]; then
-  PY=.venv/bin/python
-else
-  echo "gpu_check: no .venv here; creating one offline from the repo's own files" >&2
-  python3 -m venv .venv
-  if ! .venv/bin/pip install --no-index --no-build-isolation -e . >/dev/null 2>&1; then
-    echo "gpu_check: cannot build .venv offline: apache-tvm 0.27, onnx, onnxruntime, numpy and pytest" >&2
-    echo "           must be installed (carry the repo's .venv, or a wheel folder and use pip --find-links)" >&2
-    exit 2
-  fi
-  PY=.venv/bin/python
-fi
+PY=python3
+[ -x .venv/bin/python ] && PY=.venv/bin/python
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+if [ $# -ge 1 ]; then
+  exec "$PY" scripts/gpu_check.py run "$1" --json "$1/results.json"
+fi
 "$PY" -c "import tvm, onnxruntime; assert tvm.cuda(0).exist, 'TVM sees no CUDA device'" \
   || { echo "gpu_check: TVM cannot see a CUDA device" >&2; exit 2; }
 status=0
-"$PY" scripts/gpu_check.py "$@" || status=1
+"$PY" scripts/gpu_check.py || status=1
 "$PY" -m pytest -q -m gpu tests/test_tvm_cuda_gpu.py || status=1
 exit $status

@@ -62,6 +62,16 @@ def test_export_holds_library_fatbin_and_ptx(build: tuple[Path, str, bool]) -> N
     assert len(re.findall(r"\.entry (\w+)\(", ptx)) >= 10
 
 
+@pytest.mark.parametrize("build", [("yunet_n_320", "cuda:sm_90", False)], indirect=True, ids=["yunet"])
+def test_loading_without_a_gpu_names_the_file_and_why(build: tuple[Path, str, bool]) -> None:
+    """This machine has no GPU: Kiln's runtime refuses with one ModelFileError (the CLI's exit 2)."""
+    from backends.tvm.runtime import load_artifact
+    from compiler.errors import ModelFileError
+
+    with pytest.raises(ModelFileError, match=r"model\.so: a CUDA library, and this machine has no CUDA GPU"):
+        load_artifact(build[0] / "model.so")
+
+
 def test_every_kernel_is_thread_bound(build: tuple[Path, str, bool]) -> None:
     sub, _, _ = build
     ptx = (sub / "model.ptx").read_text()

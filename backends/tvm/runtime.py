@@ -33,7 +33,15 @@ from compiler.errors import InputShapeError, ModelFileError
 if TYPE_CHECKING:
     from compiler.bench import Stats
 
-__all__ = ["TensorSpec", "TvmModel", "load_artifact", "run_tvm", "configure_threads", "available_cpus"]
+__all__ = [
+    "TensorSpec",
+    "TvmModel",
+    "load_artifact",
+    "run_tvm",
+    "configure_threads",
+    "available_cpus",
+    "load_cuda_runtime",
+]
 
 _T = TypeVar("_T")
 
@@ -117,6 +125,30 @@ def _fmt(shape: Sequence[object]) -> str:
     return "x".join("?" if d is None else str(d) for d in shape) or "scalar"
 
 
+def load_cuda_runtime() -> str:
+    """Load TVM's CUDA runtime library if ``import tvm`` did not; "" when loaded, else why not.
+
+    A runtime-only TVM (no compiler library, or ``TVM_USE_RUNTIME_LIB=1``: a deployment machine)
+    skips the backend autoload, so CUDA's device API and module loader are missing until
+    ``libtvm_runtime_cuda`` is loaded by hand.
+    """
+    import tvm  # noqa: F401 - loads libtvm_runtime
+    from tvm.base import _LOADED_LIBS
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    if "tvm_runtime_cuda" in _LOADED_LIBS:
+        return ""
+    lib_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    try:
+        _LOADED_LIBS["tvm_runtime_cuda"] = load_lib_ctypes(
+            package="tvm", target_name="tvm_runtime_cuda", extra_lib_paths=[lib_dir], mode="RTLD_LOCAL"
+        )
+    except (OSError, RuntimeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"TVM's CUDA runtime did not load: {first}"
+    return ""
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         meta = json.loads(path.read_text())
@@ -191,8 +223,12 @@ class TvmModel:
             if self.is_cuda:
                 from backends.tvm.cuda_build import register_prebuilt_cuda
 
+                why = load_cuda_runtime()
                 if not tvm.cuda(0).exist:
-                    raise ModelFileError(f"{self.path}: a CUDA library, and this machine has no CUDA GPU")
+                    raise ModelFileError(
+                        f"{self.path}: a CUDA library, and this machine has no CUDA GPU"
+                        + (f" ({why})" if why else "")
+                    )
                 register_prebuilt_cuda(self.path)
             lib = tvm.runtime.load_module(str(self.path))
             vm = VirtualMachine(lib, self._device())
@@ -264,6 +300,15 @@ class TvmModel:
         """A zero-argument call for timing: inputs converted once, outputs left as TVM tensors."""
         args = self._call(lambda: self._tensors(self.check_feeds(feeds)))
         main = self._main
+        if self.is_cuda:  # kernels launch asynchronously: a timed call waits for the device
+            dev = self._device()
+
+            def call_gpu() -> object:
+                result = main(*args)
+                dev.sync()
+                return result
+
+            return call_gpu
         if self._executor is None:
             threads = self.threads
 
