@@ -144,8 +144,12 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
     given += ["--bias-correction"] if args.bias_correction else []
     given += ["--no-sensitivity"] if args.no_sensitivity else []
     if args.quantize is None:
+        if _mnn_gptq(args):  # --calib feeds GPTQ rounding of MNN int8/int4 weights (MnnOptions.calib)
+            given.remove("--calib")
         if given:
-            raise OptionError(f"{given[0]} needs --quantize int8")
+            raise OptionError(
+                f"{given[0]} needs --quantize int8 (--calib also: --emit mnn --mnn-weights int8|int4)"
+            )
         return None
     return QuantOptions(
         mode=args.quantize,
@@ -181,6 +185,17 @@ def _add_mnn_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _mnn_gptq(args: argparse.Namespace) -> bool:
+    """--calib without --quantize for MNN weight-only int8/int4: GPTQ rounding of the weights."""
+    emit = {k.strip() for k in (args.emit or "").split(",")}
+    return (
+        args.calib is not None
+        and args.quantize is None
+        and "mnn" in emit
+        and args.mnn_weights in ("int8", "int4")
+    )
+
+
 def _mnn_options(args: argparse.Namespace, emit: tuple[str, ...]) -> MnnOptions | None:
     from backends.mnn.options import MnnOptions
 
@@ -206,6 +221,9 @@ def _mnn_options(args: argparse.Namespace, emit: tuple[str, ...]) -> MnnOptions 
         external=args.external_weights,
         biz_code=args.mnn_biz_code if args.mnn_biz_code is not None else "kiln",
         min_cosine=args.mnn_min_cosine,
+        calib=args.calib if _mnn_gptq(args) else None,
+        calib_count=args.calib_count if _mnn_gptq(args) else None,
+        preprocess=args.preprocess if _mnn_gptq(args) else None,
     )
 
 

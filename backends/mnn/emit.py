@@ -41,7 +41,17 @@ def emit_mnn(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artif
         raise OptionError(
             "--emit mnn: use --mnn-weights fp16 instead of --quantize fp16 (MNN computes in fp32)"
         )
-    write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, _plan_feeds(graph, options, mnn))
+    if mnn.calib is not None and options.quant is not None:
+        raise OptionError(
+            "--emit mnn: MnnOptions.calib (GPTQ weight-only rounding) and --quantize are exclusive"
+        )
+    feeds = _plan_feeds(graph, options, mnn)
+    storage = None
+    if mnn.calib is not None:  # GPTQ-rounded int levels; the fp16 fallback plan is measured on them
+        from backends.mnn.gptq_weights import gptq_plan
+
+        storage = gptq_plan(graph, mnn, feeds, options.model.name).storage
+    write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, feeds, storage)
     # Full int8 (--quantize int8): QDQ regions are written as MNN int8 casts (backends.mnn.lower.quant),
     # so the artifact is judged with the int8 tolerance, like the QDQ ONNX model.
     full_int8 = options.quant is not None and options.quant.mode == "int8"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from compiler.errors import OptionError
@@ -31,6 +32,11 @@ class MnnOptions:
         min_cosine: int8/int4 only: the output cosine (against fp32) the weight plan must keep on
             the compile inputs; the layers that hurt most keep fp16 weights until it holds.
             None: the verification floor of the precision (int8w 0.999, int4w 0.98); 0: none.
+        calib: int8/int4 only: calibration data (``--calib``, as :mod:`compiler.calibration.dataset`
+            reads it); each layer's integer weights are then rounded by GPTQ on the same grid
+            (:mod:`backends.mnn.gptq_weights`) instead of to nearest. None: nearest rounding.
+        calib_count: use the first N calibration samples (None: all).
+        preprocess: ``--preprocess`` spec for image calibration data.
     """
 
     weights: str = "fp32"
@@ -40,6 +46,9 @@ class MnnOptions:
     external: bool = False
     biz_code: str = "kiln"
     min_cosine: float | None = None
+    calib: Path | None = None
+    calib_count: int | None = None
+    preprocess: str | None = None
 
     def __post_init__(self) -> None:
         if self.weights not in WEIGHT_MODES:
@@ -55,6 +64,12 @@ class MnnOptions:
                 "--mnn-scale, --mnn-asymmetric, --mnn-block-size and --mnn-min-cosine apply to "
                 "--mnn-weights int8 or int4"
             )
+        if self.calib is not None and not quantized:
+            raise OptionError("--calib with --emit mnn applies to --mnn-weights int8 or int4 (GPTQ rounding)")
+        if self.calib is None and (self.calib_count is not None or self.preprocess is not None):
+            raise OptionError("--calib-count and --preprocess need --calib")
+        if self.calib_count is not None and self.calib_count < 1:
+            raise OptionError(f"--calib-count {self.calib_count}: must be >= 1")
         if self.min_cosine is not None and not 0.0 <= self.min_cosine <= 1.0:
             raise OptionError(f"--mnn-min-cosine {self.min_cosine}: must be in [0, 1]")
 
@@ -80,5 +95,7 @@ class MnnOptions:
         return TOLERANCES[self.precision].min_cosine
 
     def manifest_view(self) -> dict[str, Any]:
-        """The options as recorded in the manifest."""
-        return asdict(self)
+        """The options as recorded in the manifest (the calibration path by file name)."""
+        d = asdict(self)
+        d["calib"] = self.calib.name if self.calib is not None else None
+        return d

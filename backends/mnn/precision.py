@@ -12,6 +12,10 @@ most damaging layers in fp16:
    the k worst layers, with k the smallest count that reaches the target (binary search,
    then a linear check upward in case the effect is not monotonic).
 
+With ``rounded`` (per-node int storage carrying precomputed levels, e.g. GPTQ's from
+:mod:`backends.mnn.gptq_weights`) the trials decode those levels instead of rounding the
+float weights to nearest, and the plan's storage keeps them for the layers left quantized.
+
 The target is ``MnnOptions.target_cosine`` raised by 10% of its distance to 1, so MNN's
 own float arithmetic cannot tip a borderline plan below it. The evaluation runs in
 onnxruntime, single-threaded so the plan (and the file) is the same on every run, on one
@@ -113,20 +117,32 @@ class _Trials:
         return min(agreement(o, r).cosine for o, r in zip(outs, self.reference, strict=True))
 
 
-def plan_weights(graph: Graph, options: MnnOptions, feeds: Mapping[str, np.ndarray]) -> WeightPlan:
-    """The weight plan for ``graph`` under ``options`` (empty unless int8/int4 with a target)."""
+def plan_weights(
+    graph: Graph,
+    options: MnnOptions,
+    feeds: Mapping[str, np.ndarray],
+    rounded: Mapping[int, WeightStorage] | None = None,
+) -> WeightPlan:
+    """The weight plan for ``graph`` under ``options`` (empty unless int8/int4 with a target).
+
+    ``rounded``: int storage per node id with precomputed levels; the plan measures and keeps
+    them (``plan.storage`` then holds every layer's storage, fp16 for the fallback layers).
+    """
     default = WeightStorage.of(options)
     target = options.target_cosine
     layers = weight_layers(graph)
-    plan = WeightPlan(layers=len(layers))
+    chosen = dict(rounded or {})
+    plan = WeightPlan(storage=dict(chosen), layers=len(layers))
     if default.bits is None or target <= 0.0 or not layers:
         return plan
     goal = target + MARGIN * (1.0 - target)
     trials = _Trials(graph, layers, feeds)
     float_w = [view.restore(view.rows) for _, view in layers]
     quant_w = [
-        view.restore(decoded_weights(view.rows, default, view.block_elems(options.block_size)))
-        for _, view in layers
+        view.restore(
+            decoded_weights(view.rows, chosen.get(node.id, default), view.block_elems(options.block_size))
+        )
+        for node, view in layers
     ]
     half_w = [view.restore(decoded_weights(view.rows, FALLBACK)) for _, view in layers]
     trials.reference = trials.run(float_w)

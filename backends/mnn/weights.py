@@ -17,12 +17,16 @@ K = the weights of one row); the bias stays float32. Encodings:
   ``quantScale`` is always 1.0 (MNN multiplies alpha by it). With fp16 scale storage the
   alphas are rounded to half first and q is computed against the rounded values, so the
   decoded weights are exactly what MNN computes.
+
+A :class:`WeightStorage` may carry precomputed integer weights (``levels``, e.g. GPTQ's, on
+the grid ``quantize_weights`` picks): they are then written and decoded instead of the
+nearest rounding of the float weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,11 +50,16 @@ __all__ = [
 
 @dataclass(frozen=True)
 class WeightStorage:
-    """How one layer's weights are stored: fp32, fp16, int8 or int4 (+ int options)."""
+    """How one layer's weights are stored: fp32, fp16, int8 or int4 (+ int options).
+
+    ``levels``: int8/int4 only, the layer's integer weights and scales to write as they are
+    (rows in MNN's layout); None: nearest rounding of the float weights.
+    """
 
     kind: str = "fp32"
     asymmetric: bool = False
     fp16_scales: bool = False
+    levels: QuantizedWeights | None = field(default=None, compare=False, repr=False)
 
     @property
     def bits(self) -> int | None:
@@ -153,9 +162,18 @@ def decoded_weights(w: np.ndarray, storage: WeightStorage, block_elems: int | No
     if storage.kind == "fp16":
         return w.astype(np.float16).astype(np.float32)
     assert storage.bits is not None
-    return dequantize_weights(
-        quantize_weights(w, storage.bits, storage.asymmetric, block_elems, storage.fp16_scales)
-    )
+    return dequantize_weights(_levels(w, storage, block_elems))
+
+
+def _levels(w: np.ndarray, storage: WeightStorage, block_elems: int | None) -> QuantizedWeights:
+    """The integer weights of ``w`` under ``storage``: its ``levels`` if given, else nearest rounding."""
+    assert storage.bits is not None
+    if storage.levels is not None:
+        qw = storage.levels
+        if qw.q.shape != w.shape or qw.bits != storage.bits or qw.asymmetric != storage.asymmetric:
+            raise ValueError(f"precomputed levels {qw.q.shape} do not fit weights {w.shape} as {storage}")
+        return qw
+    return quantize_weights(w, storage.bits, storage.asymmetric, block_elems, storage.fp16_scales)
 
 
 def conv_weight_fields(
@@ -178,7 +196,7 @@ def conv_weight_fields(
         alpha = np.zeros(0, np.float32)
     else:
         assert storage.bits is not None
-        qw = quantize_weights(w, storage.bits, storage.asymmetric, block_elems, storage.fp16_scales)
+        qw = _levels(w, storage, block_elems)
         buffer, wide = idst.encode(qw.q, qw.bits)
         quan = _idst_fields(qw, storage.fp16_scales)
         if wide:
