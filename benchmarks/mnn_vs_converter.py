@@ -2,7 +2,7 @@
 
 Usage, from the repository root (../shared must hold the developer models)::
 
-    .venv/bin/python benchmarks/mnn_vs_converter.py                     # every model, 30 rounds
+    .venv/bin/python benchmarks/mnn_vs_converter.py                     # every model, 60 rounds
     .venv/bin/python benchmarks/mnn_vs_converter.py --models yunet_n_320 --rounds 20
 
 For each model five files are made from the same ONNX: Kiln (``compile_model`` with
@@ -13,8 +13,16 @@ converter library (plain fp32, and ``--weightQuantBits 8``, its weight-only int8
 
 * size: file bytes (plus any ``.weight`` side file), and the ratio Kiln / converter;
 * latency: MNN's runtime (Module API, CPU, 1 thread, fp32 "high" precision, MNN's default
-  Winograd setting), all four files loaded in this one process and run interleaved (one forward
-  of each per round, after warm-up runs), median over ``--rounds`` rounds, and the ratio Kiln / converter;
+  Winograd setting), all five files loaded in this one process (each twice, in mirrored order, the
+  rounds alternating between the copies: load order alone moved identical files by 2-4 %) and run
+  interleaved (one forward of each per round, after warm-up runs; the order rotates and reverses
+  from round to round so no file always runs first or after the same neighbour), the median over ``--rounds``
+  rounds in ms, and the ratio Kiln / converter as the median of the per-round ratios (the two
+  forwards of a round ran back to back, so a slow spell of a shared machine hits both), with the
+  25th-75th percentile of those ratios (``spread``). The same is printed for the thread's CPU
+  time of each forward (``cpu ms``, ``cpu k/c``): MNN runs a 1-thread forward on the calling
+  thread, and CPU time leaves out the time the OS gave to other processes, so on a busy shared
+  machine it is the steadier measure (the wall ratio is the target's number on a quiet one);
 * agreement: max |MNN - onnxruntime| / max |onnxruntime| over the outputs, per file (run with
   the Winograd level 0 that Kiln's checks use, so the kernels' own tile error does not hide a file's).
 
@@ -31,7 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +54,7 @@ from compiler.driver import compile_model  # noqa: E402
 from compiler.options import CompileOptions  # noqa: E402
 from tests.helpers.mnn_convert import onnx_to_mnn  # noqa: E402
 
-__all__ = ["main", "make_files", "latencies", "agreement"]
+__all__ = ["main", "make_files", "latencies", "round_times", "paired_ratio", "round_orders", "agreement"]
 
 STEMS = ["pan_mnv3s_skin_clothes_hair", "ppocr_mobile_v2_cls", "ultraface_rfb320", "yunet_n_320"]
 SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
@@ -96,34 +104,75 @@ def _load(path: Path) -> tuple[object, list[str]]:
     return module, list(module.get_info()["inputNames"])
 
 
-def latencies(files: Mapping[str, Path], feeds: Mapping[str, np.ndarray], rounds: int) -> dict[str, float]:
-    """Median ms of one forward (+ reading the outputs) per file, the files interleaved in each round."""
+def round_orders(keys: Sequence[str], rounds: int) -> list[list[str]]:
+    """The file order of each round: rotated by the round number, reversed on odd rounds."""
+    n = len(keys)
+    out = []
+    for r in range(rounds):
+        order = [keys[(r // 2 + i) % n] for i in range(n)]
+        out.append(order[::-1] if r % 2 else order)
+    return out
+
+
+def round_times(
+    files: Mapping[str, Path], feeds: Mapping[str, np.ndarray], rounds: int, warmup: int = 3
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and thread-CPU seconds of one forward (+ reading the outputs) per file and round, interleaved.
+
+    Each file is loaded twice, in the order of ``files`` and then in reverse, and the rounds
+    alternate between the two copies: where a module sits in memory moves its speed by a few
+    percent (measured: byte-identical files loaded first / last in one process differed by
+    2-4 %), and the mirrored loads give every file the same mean load position. A pad (a third
+    copy of the first file) runs as the first key of the interleaving and is not reported:
+    whichever file held that key ran about 1 % slower than byte-identical copies of it (measured,
+    cause unknown).
+    """
     import MNN
 
     ex = MNN.expr
-    runs = {}
-    for key, path in files.items():
-        module, names = _load(path)
+    pad = "\0pad"
+    paths = {pad: next(iter(files.values())), **files}
+    keys = list(paths)
+    copies: dict[str, list[tuple[object, list[object]]]] = {k: [] for k in keys}
+    keep: list[np.ndarray] = []
+    for key in keys + keys[::-1]:
+        module, names = _load(paths[key])
         arrays = [np.ascontiguousarray(feeds[n], np.float32) for n in names]
-        args = [ex.const(a, list(a.shape), ex.NCHW, ex.float) for a in arrays]
-        runs[key] = (module, args, arrays)
+        keep += arrays
+        copies[key].append((module, [ex.const(a, list(a.shape), ex.NCHW, ex.float) for a in arrays]))
 
-    def once(key: str) -> float:
-        module, args, _ = runs[key]
-        t0 = time.perf_counter()
+    def once(key: str, copy: int) -> tuple[float, float]:
+        module, args = copies[key][copy]
+        t0, c0 = time.perf_counter(), time.thread_time()
         outs = module.forward(args)  # type: ignore[attr-defined]
         for o in outs if isinstance(outs, list | tuple) else [outs]:
             o.read()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
 
-    for _ in range(3):
-        for key in runs:
-            once(key)
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(rounds):
-        for key in runs:
-            times[key].append(once(key))
-    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+    for r, order in enumerate(round_orders(keys, 2 * warmup)):
+        for key in order:
+            once(key, r % 2)
+    wall: dict[str, list[float]] = {k: [] for k in keys}
+    cpu: dict[str, list[float]] = {k: [] for k in keys}
+    for r, order in enumerate(round_orders(keys, rounds)):
+        for key in order:
+            w, c = once(key, (r // 2) % 2)
+            wall[key].append(w)
+            cpu[key].append(c)
+    del keep, wall[pad], cpu[pad]
+    return wall, cpu
+
+
+def latencies(files: Mapping[str, Path], feeds: Mapping[str, np.ndarray], rounds: int) -> dict[str, float]:
+    """Median ms of one forward (+ reading the outputs) per file, the files interleaved in each round."""
+    return {k: 1e3 * statistics.median(v) for k, v in round_times(files, feeds, rounds)[0].items()}
+
+
+def paired_ratio(num: Sequence[float], den: Sequence[float]) -> tuple[float, float, float]:
+    """Median, 25th and 75th percentile of the per-round ratios num[r] / den[r]."""
+    ratios = sorted(a / b for a, b in zip(num, den, strict=True))
+    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return statistics.median(ratios), q[0], q[-1]
 
 
 def agreement(path: Path, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]) -> float:
@@ -150,10 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the ../shared folder")
     p.add_argument("--models", nargs="+", default=STEMS, metavar="STEM")
-    p.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds (median reported)")
+    p.add_argument("--rounds", type=int, default=60, help="interleaved timing rounds (median reported)")
     args = p.parse_args(argv)
     logging.disable(logging.WARNING)
-    head = f"{'model':<28} {'file':<10} {'KiB':>9} {'size k/c':>9} {'ms':>8} {'time k/c':>9} {'max rel':>9}"
+    head = (
+        f"{'model':<28} {'file':<10} {'KiB':>9} {'size k/c':>9} {'ms':>8} {'time k/c':>9} {'spread':>13}"
+        f" {'cpu ms':>8} {'cpu k/c':>8} {'spread':>13} {'max rel':>9}"
+    )
     print(head)
     print("-" * len(head))
     with tempfile.TemporaryDirectory(prefix="kiln-mnnconv-") as tmp:
@@ -163,17 +215,23 @@ def main(argv: list[str] | None = None) -> int:
                 feeds = {k: z[k].astype(np.float32) for k in z.files}
             files = make_files(model, SHAPES.get(stem, {}), Path(tmp) / stem)
             ref = _ort(model, feeds)
-            ms = latencies(files, feeds, args.rounds)
+            wall, cpu = round_times(files, feeds, args.rounds)
             for key in FILES:
                 other = "conv" + key[4:].rstrip("*") if key.startswith("kiln") else None
                 size = file_bytes(files[key])
                 size_r = f"{size / file_bytes(files[other]):9.3f}" if other else " " * 9
-                time_r = f"{ms[key] / ms[other]:9.3f}" if other else " " * 9
+                cols = []
+                for times, width in ((wall, 9), (cpu, 8)):
+                    cell = f"{1e3 * statistics.median(times[key]):8.2f} "
+                    if other:
+                        mid, lo, hi = paired_ratio(times[key], times[other])
+                        cell += f"{mid:{width}.3f} {lo:6.3f}-{hi:6.3f}"
+                    else:
+                        cell += " " * (width + 14)
+                    cols.append(cell)
                 rel = agreement(files[key], feeds, ref)
-                print(
-                    f"{stem:<28} {key:<10} {size / 1024:9.1f} {size_r} {ms[key]:8.2f} {time_r} {rel:9.2e}",
-                    flush=True,
-                )
+                line = f"{stem:<28} {key:<10} {size / 1024:9.1f} {size_r} {cols[0]} {cols[1]}"
+                print(f"{line} {rel:9.2e}", flush=True)
     return 0
 
 

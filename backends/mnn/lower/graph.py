@@ -7,6 +7,12 @@
 4. Graph outputs in NCHW under their public names: an output produced in NC4HW4 gets a
    trailing ConvertTensor, and the packed tensor is renamed ``<name>__before_tr`` (as
    MNN's converter does).
+5. Net-level peepholes (float nets; an int8 net keeps its tensor indexes for the quant info):
+   a ReLU whose input is the sole use of a float ``BinaryOp`` ADD/SUB/MUL result becomes that
+   op's fused ``activationType = 1`` (``y = max(a op b, 0)``, one pass over the data instead of
+   two); then ops whose outputs nothing reads (and that are no graph output) are dropped, and
+   the tensors no op names any more are removed from the tensor table (indexes compacted, order
+   kept). A net without such ops is left exactly as lowered.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ from backends.mnn.lower.context import LowerContext, mnn_dtype
 from backends.mnn.lower.linear import reshape_table
 from backends.mnn.lower.quant import finish_int8, fold_weight_dequant, int8_convs, integer_form
 from backends.mnn.lower.table import LOWERINGS
-from backends.mnn.model import MnnNet, Table
+from backends.mnn.model import MnnNet, MnnOp, Table
 from backends.mnn.options import MnnOptions
+from backends.mnn.schema import fb
 from backends.mnn.weights import WeightStorage
 from compiler.errors import UnsupportedOpsError
 from compiler.ir.graph import Graph
 
-__all__ = ["lower_graph", "unsupported_ops", "check_supported"]
+__all__ = ["lower_graph", "unsupported_ops", "check_supported", "fuse_binary_relu", "drop_dead_ops"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +104,10 @@ def lower_graph(
     if int8_form:
         log.info("MNN: %d int8 convolutions", finish_int8(net))
     net.output_names = outputs
+    if not int8_form:
+        fused = fuse_binary_relu(net)
+        dropped = drop_dead_ops(net)
+        log.debug("MNN: %d ReLU fused into BinaryOp, %d dead ops dropped", fused, dropped)
     log.info("MNN: %d ops, %d tensors", len(net.ops), len(net.tensor_names))
     return net, ctx.external
 
@@ -125,3 +136,78 @@ def _finish_outputs(ctx: LowerContext) -> list[str]:
             raise ValueError(f"MNN writer: graph output {public!r} clashes with another tensor name")
         claimed.add(plain)
     return list(ctx.graph.output_names)
+
+
+_RELU_FUSIBLE = frozenset({fb.BinaryOpOperation.ADD, fb.BinaryOpOperation.SUB, fb.BinaryOpOperation.MUL})
+
+
+def _readers(net: MnnNet) -> dict[int, list[int]]:
+    """Tensor index -> positions of the ops that read it."""
+    readers: dict[int, list[int]] = {}
+    for pos, op in enumerate(net.ops):
+        for t in op.inputs:
+            readers.setdefault(t, []).append(pos)
+    return readers
+
+
+def fuse_binary_relu(net: MnnNet) -> int:
+    """Fold ``ReLU{slope 0}(BinaryOp(a, b))`` into the BinaryOp's ``activationType = 1``; returns the count.
+
+    Only when the BinaryOp result is read by that ReLU alone and is no graph output. The fused op
+    takes the ReLU's name and output tensor, so what the net exposes is unchanged.
+    """
+    producer: dict[int, int] = {t: pos for pos, op in enumerate(net.ops) for t in op.outputs}
+    readers = _readers(net)
+    outputs = set(net.output_names)
+    drop: set[int] = set()
+    for pos, op in enumerate(net.ops):
+        if op.type != "ReLU" or len(op.inputs) != 1 or op.param is None or op.param.get("slope", 0.0) != 0.0:
+            continue
+        t = op.inputs[0]
+        src_pos = producer.get(t)
+        if src_pos is None or readers.get(t) != [pos] or net.tensor_names[t] in outputs:
+            continue
+        src = net.ops[src_pos]
+        p = src.param
+        if src.type != "BinaryOp" or p is None or len(src.outputs) != 1:
+            continue
+        if p.get("T", fb.DataType.DT_FLOAT) != fb.DataType.DT_FLOAT or p.get("activationType", 0) != 0:
+            continue
+        if p.get("opType", fb.BinaryOpOperation.ADD) not in _RELU_FUSIBLE:
+            continue
+        net.ops[src_pos] = MnnOp(
+            src.type,
+            op.name,
+            src.inputs,
+            list(op.outputs),
+            Table(p.name, {**p.fields, "activationType": 1}, force=p.force),
+        )
+        drop.add(pos)
+    net.ops = [op for pos, op in enumerate(net.ops) if pos not in drop]
+    return len(drop)
+
+
+def drop_dead_ops(net: MnnNet) -> int:
+    """Remove ops none of whose outputs is read or a graph output, then unused tensors; returns ops removed.
+
+    Input ops always stay. Tensor indexes are renumbered in their old order (``tensor_quant`` too).
+    """
+    keep_names = set(net.output_names)
+    live: set[int] = {i for i, nm in enumerate(net.tensor_names) if nm in keep_names}
+    kept: list[MnnOp] = []
+    for op in reversed(net.ops):
+        if op.type == "Input" or any(t in live for t in op.outputs):
+            kept.append(op)
+            live.update(op.inputs)
+    removed = len(net.ops) - len(kept)
+    net.ops = kept[::-1]
+    used = sorted({t for op in net.ops for t in (*op.inputs, *op.outputs)} | live)
+    if len(used) == len(net.tensor_names):
+        return removed
+    new = {old: i for i, old in enumerate(used)}
+    for op in net.ops:
+        op.inputs = [new[t] for t in op.inputs]
+        op.outputs = [new[t] for t in op.outputs]
+    net.tensor_names = [net.tensor_names[t] for t in used]
+    net.tensor_quant = {new[t]: q for t, q in net.tensor_quant.items() if t in new}
+    return removed

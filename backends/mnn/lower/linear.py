@@ -4,6 +4,9 @@ With a constant weight, A[..., K] @ W[K, N] (+ bias) becomes MNN's own form of a
 connected layer, a 1x1 Convolution, so the weight encodings (fp16, int8/int4) apply:
 Reshape A to [P, K, 1, 1] -> ConvertTensor to NC4HW4 -> Convolution(K -> N) ->
 ConvertTensor to NCHW -> Reshape to [..., N]. Gemm's alpha scales the weight and beta the bias.
+When A is a Reshape/Flatten of a [P, K, 1, 1] tensor (a global pool before the classifier), the
+conv reads that tensor directly in NC4HW4 (same values, as [P, K, 1, 1] is A's 4-D form), which
+saves two layout copies and two reshapes (the then unread Reshape is dropped from the net).
 A MatMul of two variable tensors becomes MatMul (2-D) or BatchMatMul.
 """
 
@@ -19,7 +22,7 @@ from backends.mnn.model import Table
 from backends.mnn.schema import fb
 from compiler.ir.graph import Graph, Node, Value
 
-__all__ = ["LOWERINGS", "reshape_table", "gemm_weight", "matmul_weight"]
+__all__ = ["LOWERINGS", "reshape_table", "gemm_weight", "matmul_weight", "pooled_source"]
 
 
 def reshape_table(shape: tuple[int, ...]) -> Table:
@@ -29,6 +32,28 @@ def reshape_table(shape: tuple[int, ...]) -> Table:
     )
 
 
+_FLATTENING = frozenset({"Reshape", "Flatten", "Squeeze"})
+
+
+def pooled_source(ctx: LowerContext, a_value: Value, rows: int, k: int) -> Value | None:
+    """The [rows, k, 1, 1] tensor that ``a_value`` ([rows, k]-shaped) is a reshape of, else None.
+
+    Only for a float tensor that is no graph input or constant, produced by a plain reshape-like
+    node; an int8 net (QDQ casts) keeps the general form.
+    """
+    if ctx.int8_form or a_value.const is not None:
+        return None
+    producer = ctx.graph.node(a_value.node)
+    if producer.op not in _FLATTENING or producer.domain:
+        return None
+    src = ctx.graph.inputs_of(producer)[0]
+    if src is None or src.const is not None or not src.type.dtype.is_float:
+        return None
+    if ctx.graph.node(src.node).op == "Input" or ctx.shape(src) != (rows, k, 1, 1):
+        return None
+    return src
+
+
 def _emit_fc(ctx: LowerContext, node: Node, a_value: Value, view: WeightView, bias: np.ndarray) -> None:
     """out = A @ rows.T + bias through a 1x1 conv; ``view.rows`` is [N, K]."""
     name = ctx.op_name(node)
@@ -36,10 +61,14 @@ def _emit_fc(ctx: LowerContext, node: Node, a_value: Value, view: WeightView, bi
     a_shape = ctx.shape(a_value)
     n, k = view.rows.shape
     rows = int(np.prod(a_shape[:-1], dtype=np.int64))
-    a = ctx.tensor(a_value, Format.NCHW)
-    flat = ctx.temp(f"{value.name}__in4d")
-    ctx.emit("Reshape", f"{name}__in4d", [a], [flat], reshape_table((rows, k, 1, 1)))
-    packed = ctx.convert(flat, Format.NCHW, Format.NC4HW4, f"{value.name}__in4d{Format.NC4HW4.suffix}")
+    src = pooled_source(ctx, a_value, rows, k)
+    if src is not None:
+        packed = ctx.tensor(src, Format.NC4HW4)
+    else:
+        a = ctx.tensor(a_value, Format.NCHW)
+        flat = ctx.temp(f"{value.name}__in4d")
+        ctx.emit("Reshape", f"{name}__in4d", [a], [flat], reshape_table((rows, k, 1, 1)))
+        packed = ctx.convert(flat, Format.NCHW, Format.NC4HW4, f"{value.name}__in4d{Format.NC4HW4.suffix}")
     conv_out = ctx.temp(f"{value.name}__fc")
     common = conv_common((1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, n, k)
     emit_conv(ctx, node, "Convolution", name, packed, conv_out, common, view, bias)
