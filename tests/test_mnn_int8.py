@@ -8,7 +8,7 @@ What is checked:
 * the ``.mnn`` stores the activation quantisation as MNN int8 ops (FloatToInt8 / Int8ToFloat
   with QuantizedFloatParam) and per-tensor ``quantInfo`` in ``extraTensorDescribe``.
 
-Scope (see the lowering's docstring): with the default uint8 activations, weights are folded
+Scope (see the lowering's docstring): with the default uint8 activations the integer form is
 from their DequantizeLinear into float constants and convs run MNN's float kernels between the
 int8 casts (fake-quant); with ``--activation-type int8`` the 3.x integer form is written
 (Convolution with int8 quanParameter + scaleIn/scaleOut, quantInfo only) and MNN runs int8 convs.
@@ -75,11 +75,34 @@ def test_full_int8_cosine_vs_qdq_onnx(compiled: tuple[str, Path]) -> None:
         )
 
 
+INTEGER_BY_DEFAULT = {"ultraface_rfb320"}
+"""Shared models whose default (uint8) full-int8 ``.mnn`` is in MNN's integer form; the others
+have a MaxPool and keep the explicit casts (see backends/mnn/lower/quant.py)."""
+
+
+def _int8_conv_count(net: fb.Net) -> int:
+    """Convs written as MNN int8 convs (IDST int8 weights with scaleIn/scaleOut, no float weight)."""
+    count = 0
+    for i in range(net.OplistsLength()):
+        op = net.Oplists(i)
+        if op.Type() in (fb.OpType.Convolution, fb.OpType.ConvolutionDepthwise):
+            conv = fb.Convolution2D()
+            conv.Init(op.Main().Bytes, op.Main().Pos)
+            quan = conv.QuanParameter()
+            if quan is not None and quan.ScaleIn() > 0.0 and quan.ScaleOut() > 0.0:
+                assert conv.WeightLength() == 0 and quan.QuantScale() == 1.0
+                count += 1
+    return count
+
+
 def test_full_int8_mnn_structure(compiled: tuple[str, Path]) -> None:
-    _, out = compiled
+    stem, out = compiled
     net = fb.Net.GetRootAs((out / "model.mnn").read_bytes(), 0)
     types = [net.Oplists(i).Type() for i in range(net.OplistsLength())]
-    assert types.count(fb.OpType.FloatToInt8) > 0 and types.count(fb.OpType.Int8ToFloat) > 0
+    integer = stem in INTEGER_BY_DEFAULT
+    casts = types.count(fb.OpType.FloatToInt8) + types.count(fb.OpType.Int8ToFloat)
+    assert (casts == 0) if integer else (casts > 0)
+    assert (_int8_conv_count(net) > 0) == integer
     assert net.ExtraTensorDescribeLength() > 0
     for i in range(net.ExtraTensorDescribeLength()):
         q = net.ExtraTensorDescribe(i).QuantInfo()
@@ -89,6 +112,9 @@ def test_full_int8_mnn_structure(compiled: tuple[str, Path]) -> None:
         op = net.Oplists(i)
         if op.Type() == fb.OpType.FloatToInt8:
             assert op.MainType() == fb.OpParameter.QuantizedFloatParam
+    if integer:
+        ran = _int8_op_types(out / "model.mnn", dict(np.load(DATA / f"{stem}.npz")))
+        assert ran.count("Convolution") >= _int8_conv_count(net) // 2
 
 
 def _int8_op_types(path: Path, feeds: dict[str, np.ndarray]) -> list[str]:
@@ -151,3 +177,55 @@ def test_integer_form(stem: str, tmp_path: Path) -> None:
     for name, expected in ref.items():
         c_onnx = agreement(qdq[name], expected).cosine
         assert agreement(got[name].reshape(expected.shape), expected).cosine >= c_onnx - SLACK
+
+
+_CHAIN = """g (float[1,8,8,8] x) => (float[1,8,8,8] y) {
+    c = Conv<pads=[1,1,1,1]>(x, w, b)
+    f = Conv<pads=[1,1,1,1],group=8>(c, wd, b)
+    r = Relu(f)
+    h = Conv<pads=[1,1,1,1]>(r, w, b)
+    y = Conv<pads=[1,1,1,1]>(h, w, b)
+}"""
+
+
+def test_default_uint8_integer_form_is_exact(tmp_path: Path) -> None:
+    """Default (uint8, zero point != 0) activations in MNN's integer form: int8 convs with zero
+    points z - 128, a depthwise conv in float between runtime casts; the result equals the QDQ
+    ONNX model's (same grids, same integer maths)."""
+    import onnx
+
+    from tests.helpers.onnx_text import rand, text_model
+
+    model = text_model(
+        _CHAIN,
+        w=rand(8, 8, 3, 3, seed=1, scale=0.3),
+        wd=rand(8, 1, 3, 3, seed=4, scale=0.5),
+        b=rand(8, seed=2),
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((8, 1, 8, 8, 8)).astype(np.float32) + 0.5)
+    feeds = {"x": rng.standard_normal((1, 8, 8, 8)).astype(np.float32) + 0.5}
+    np.savez(tmp_path / "in.npz", x=feeds["x"])
+    out = tmp_path / "o"
+    args = ["compile", str(tmp_path / "m.onnx"), "-o", str(out), "--quantize", "int8"]
+    args += [
+        "--calib",
+        str(tmp_path / "calib.npz"),
+        "--emit",
+        "onnx,mnn",
+        "--inputs",
+        str(tmp_path / "in.npz"),
+    ]
+    assert main(args) == 0
+    net = fb.Net.GetRootAs((out / "model.mnn").read_bytes(), 0)
+    types = [net.Oplists(i).Type() for i in range(net.OplistsLength())]
+    assert fb.OpType.FloatToInt8 not in types and fb.OpType.Int8ToFloat not in types
+    zeros = {net.ExtraTensorDescribe(i).QuantInfo().Zero() for i in range(net.ExtraTensorDescribeLength())}
+    assert any(z != 0.0 for z in zeros)
+    ran = _int8_op_types(out / "model.mnn", feeds)
+    assert ran.count("Convolution") == _int8_conv_count(net) >= 2
+    assert "ConvolutionDepthwise" not in ran
+    qdq = run_onnxruntime(out / "model.onnx", feeds)["y"]
+    got = run_mnn(out / "model.mnn", feeds)["y"].reshape(qdq.shape)
+    assert np.abs(got - qdq).max() <= 1e-3 * np.abs(qdq).max()

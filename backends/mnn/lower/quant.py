@@ -1,26 +1,29 @@
-"""QDQ (``--quantize int8``) regions -> MNN, as explicit fake-quant casts.
-
-What this writes (a correct subset of MNN's int8 representation, **not** integer conv
-kernels):
+"""QDQ (``--quantize int8``) regions -> MNN: the 3.x integer form, or explicit fake-quant casts.
 
 * ``DequantizeLinear`` of a constant (a weight) is folded into a float constant before
-  lowering (:func:`fold_weight_dequant`); the conv / FC that consumes it is then written
-  like any float layer (and takes the ``--mnn-weights`` storage).
-* An activation ``QuantizeLinear`` becomes ``FloatToInt8`` (``tensorScale = 1/s``) and a
-  ``DequantizeLinear`` becomes ``Int8ToFloat`` (``tensorScale = s``), both NC4HW4 in and
-  out, with ``QuantizedFloatParam`` as MNN's legacy explicit form stores it (NOTES §2). The
-  int8 tensor between them carries ``quantInfo`` in ``extraTensorDescribe``. uint8 values
-  are shifted into int8 (``q - 128``, zero point ``z - 128``), which is the same real value.
+  lowering (:func:`fold_weight_dequant`); a conv that stays in float is then written like any
+  float layer (and takes the ``--mnn-weights`` storage).
+* **Integer form** (:func:`integer_form`, :func:`int8_convs`, :func:`finish_int8`), written
+  whenever every activation Q/DQ is per-tensor, for both activation types: Q/DQ pairs become
+  per-tensor ``quantInfo`` in ``extraTensorDescribe`` (no cast ops; MNN inserts its own), and a
+  conv between a DQ and Qs becomes MNN's int8 conv (symmetric int8 IDST weights, ``scaleIn`` /
+  ``scaleOut``, ``symmetricQuan`` metadata). uint8 grids map exactly onto int8:
+  ``q_int8 = q_uint8 - 128``, zero point ``z - 128``, same scale.
+* **Explicit form** (otherwise): an activation ``QuantizeLinear`` becomes ``FloatToInt8``
+  (``tensorScale = 1/s``) and a ``DequantizeLinear`` ``Int8ToFloat`` (``tensorScale = s``), with
+  ``QuantizedFloatParam`` as MNN's legacy form stores it (NOTES §2); convs run in float.
 
-A Q->DQ pair therefore computes exactly the ONNX fake-quant, but the conv between two pairs
-still runs MNN's float kernels: MNN only uses its int8 conv when the conv itself is
-written in the 3.x form (quanParameter with scaleIn/scaleOut and int8 quantInfo on its
-input/output tensors, no cast ops).
+What MNN 3.6.1's CPU runtime does with zero points (*observed*, tiny nets compared with the
+QDQ model in onnxruntime, and *source*: ``CPUConvolution::MutableResourceInt8``):
 
-That 3.x form is written instead (:func:`integer_form`, :func:`finish_int8`) when every
-activation is quantised symmetrically (``--activation-type int8``): convs between a DQ and a
-Q become MNN int8 convs, and MNN inserts its own casts around the ops it runs in float.
-uint8 (asymmetric) activations keep the explicit-cast form.
+* int8 ``Convolution`` honours the tensor zero points (input and output ``quantInfo.zero``,
+  clamp from the output's min/max): results equal the QDQ model's;
+* int8 ``ConvolutionDepthwise`` does **not** (errors of several LSB with zero points != 0, exact
+  when they are 0), so a depthwise conv on an asymmetric grid is written with float weights:
+  MNN casts around it, which is exactly the QDQ model's fake-quant;
+* int8 ``Pooling`` fed through a runtime cast with a zero point != 0 came out ~128 LSB off, so
+  a Pooling on an asymmetric grid stays in float (and so does the conv it feeds);
+* int8 ``BinaryOp`` and ``Interp`` with zero points matched exactly.
 """
 
 from __future__ import annotations
@@ -162,7 +165,7 @@ def _check(ctx: LowerContext, node: Node) -> str | None:
 def _lower_q(ctx: LowerContext, node: Node) -> None:
     scale, zero, _ = _params(ctx, node)
     if ctx.int8_form:
-        _mark_int8(ctx, node, scale)
+        _mark_int8(ctx, node, scale, zero)
         return
     x_value = ctx.graph.inputs_of(node)[0]
     assert x_value is not None
@@ -238,7 +241,7 @@ def _zero_int8(graph: Graph, node: Node) -> int | None:
 
 
 INTEGER_FORM = True
-"""Write the 3.x integer form where :func:`integer_form` allows it (symmetric int8 activations).
+"""Write the 3.x integer form where :func:`integer_form` allows it (per-tensor activations).
 
 Per-layer comparison with MNN's op callback showed why it once broke ppocr_mobile_v2_cls
 (cosine 0.02): MNN's int8 Pooling ignores the tensor scales, so a MaxPool / GlobalAveragePool
@@ -247,38 +250,60 @@ quantInfo only around int8 convs and gives a MaxPool between them its input's sc
 """
 
 
+_ZERO_POINT_UNSAFE = frozenset({"MaxPool"})
+"""Ops that MNN runs in int8 whenever their input is int8 and that got zero points wrong."""
+
+
 def integer_form(graph: Graph) -> bool:
     """True if ``graph`` (weights already folded) can be written in MNN's 3.x int8 form.
 
-    That form stores only per-tensor ``quantInfo`` (zero point 0, range [-127, 127]) and lets
-    the runtime insert the casts, so every activation QuantizeLinear must be symmetric
-    (``--activation-type int8``) and feed only DequantizeLinear nodes, and every
-    DequantizeLinear must read a QuantizeLinear. Asymmetric (uint8) activations gave wrong
-    results in MNN 3.x's int8 path (*observed*: yunet cosine 0.83 vs 0.996), so they keep
-    the explicit FloatToInt8/Int8ToFloat form.
+    That form stores only per-tensor ``quantInfo`` (symmetric: zero 0, range [-127, 127];
+    asymmetric uint8: zero z - 128, range [-128, 127]) and lets the runtime insert the casts,
+    so every activation QuantizeLinear must be per-tensor and feed only DequantizeLinear
+    nodes, and every DequantizeLinear must read a QuantizeLinear. An asymmetric graph with a
+    MaxPool keeps the explicit form: MNN's int8 Pooling, which it also runs when only its input
+    is int8, got zero points wrong (*observed*: yunet cosine 0.57).
     """
     if not INTEGER_FORM:
         return False
     found = False
+    asymmetric = False
     for node in graph.nodes():
         op = node.qualified_op
         if op == _Q:
             found = True
-            if _zero_int8(graph, node) != 0:
+            zero = _zero_int8(graph, node)
+            if zero is None:
                 return False
+            asymmetric |= zero != 0
             if any(user.qualified_op != _DQ for user, _ in graph.users(graph.value(node))):
                 return False
         elif op == _DQ:
             x = graph.inputs_of(node)[0]
             if x is None or x.const is not None or x.producer.qualified_op != _Q:
                 return False
-            if _zero_int8(graph, node) != 0:
+            if _zero_int8(graph, node) is None:
                 return False
+    if asymmetric and any(node.qualified_op in _ZERO_POINT_UNSAFE for node in graph.nodes()):
+        return False
     return found
 
 
+def _depthwise(graph: Graph, node: Node) -> bool:
+    """True for a conv that MNN writes as ConvolutionDepthwise (group = ic = oc > 1)."""
+    x, w = graph.inputs_of(node)[:2]
+    group = int(getattr(node.attrs, "group", 1))
+    if x is None or w is None or group <= 1:
+        return False
+    return group == x.type.static_shape[1] == w.type.static_shape[0]
+
+
 def int8_convs(graph: Graph) -> list[Node]:
-    """Convs between a DequantizeLinear (input) and only QuantizeLinear users (output)."""
+    """Convs between a DequantizeLinear (input) and only QuantizeLinear users (output).
+
+    A depthwise conv qualifies only when both grids are symmetric (MNN's int8 depthwise
+    kernel ignores zero points).
+    """
     out = []
     for node in graph.nodes():
         if node.qualified_op not in _CONVS:
@@ -286,17 +311,23 @@ def int8_convs(graph: Graph) -> list[Node]:
         x = graph.inputs_of(node)[0]
         users = graph.users(graph.value(node))
         from_dq = x is not None and x.const is None and x.producer.qualified_op == _DQ
-        if from_dq and users and all(user.qualified_op == _Q for user, _ in users):
-            out.append(node)
+        if not (from_dq and users and all(user.qualified_op == _Q for user, _ in users)):
+            continue
+        assert x is not None
+        grids = [x.producer, *(user for user, _ in users)]
+        if _depthwise(graph, node) and any(_zero_int8(graph, n) != 0 for n in grids):
+            continue
+        out.append(node)
     return out
 
 
-def _mark_int8(ctx: LowerContext, node: Node, scale: float) -> None:
+def _mark_int8(ctx: LowerContext, node: Node, scale: float, zero: int) -> None:
     """Integer form: the Q output is the activation itself, with int8 quantInfo."""
     x = ctx.graph.inputs_of(node)[0]
     assert x is not None
     ctx.alias(ctx.graph.value(node), x)
-    ctx.net.tensor_quant[ctx.tensor(x)] = TensorQuant(scale, 0.0, -127.0, 127.0)
+    lo = -127.0 if zero == 0 else -128.0
+    ctx.net.tensor_quant[ctx.tensor(x)] = TensorQuant(scale, float(zero), lo, 127.0)
 
 
 _CONV_OPS = ("Convolution", "ConvolutionDepthwise")
@@ -312,40 +343,83 @@ def _int8_weights(op: MnnOp) -> bool:
     return isinstance(idst, Table) and idst.get("type") == 1 and not idst.get("aMin", 0)
 
 
+def _is_maxpool(op: MnnOp) -> bool:
+    return op.type == "Pooling" and op.param is not None and op.param.get("type") == fb.PoolType.MAXPOOL
+
+
 def _plan_int8(net: MnnNet) -> dict[str, list[str]]:
     """Keep ``quantInfo`` only where MNN's int8 kernels compute what the QDQ model means.
 
-    MNN runs an op in int8 when its output and all its inputs carry quantInfo and the op
-    has an int8 kernel (conv with int8 weights, Pooling, BinaryOp, Softmax, ...); other ops
-    get runtime casts. Its int8 Pooling ignores the scales (it assumes input scale = output
-    scale) and the rest are not needed, so quantInfo stays only on the inputs and outputs of
-    int8 convs; a MaxPool between two of them gets its input's scale (max commutes with the
-    int8 grid), any other op between them loses its output's quantInfo (its consumers then run
-    in float). Returns ``{reason: [op names]}`` of ops kept in float that touch int8 tensors.
+    MNN runs an op in int8 when its output carries quantInfo and the op has an int8 kernel
+    (conv with int8 weights, Pooling, BinaryOp, Interp, ...); other ops (and convs with float
+    weights) get runtime casts. Rules (each one checked against MNN 3.6.1, *observed*):
+
+    * quantInfo stays on the inputs and outputs of int8 convs (and the int8 inputs of the ops
+      below), nowhere else;
+    * MNN's int8 Pooling ignores the scales (it assumes input grid = output grid), so a MaxPool
+      between int8 tensors gets its input's grid (max commutes with the grid);
+    * an int8 op (MaxPool, BinaryOp) whose variable input has no quantInfo gets a runtime cast
+      that ignores the zero point, so that input gets the grid the QDQ model itself gave it
+      (its QuantizeLinear), or, for a MaxPool that is its only reader, the pool's output grid
+      (quantising before or after a max is the same), if a conv produces it (MNN then casts
+      the conv's float output); failing that, the op stays in float;
+    * any other op between int8 tensors loses its output's quantInfo (its readers run in float).
+
+    Returns ``{reason: [op names]}`` of ops kept in float that touch int8 tensors.
     """
     quant = net.tensor_quant
     for op in net.ops:
         if op.type == "ConvertTensor" and op.inputs[0] in quant and op.outputs[0] not in quant:
             quant[op.outputs[0]] = quant[op.inputs[0]]
+    marked = dict(quant)  # the QDQ model's own grids
+    producer = {t: op for op in net.ops for t in op.outputs}
+    readers: dict[int, int] = {}
+    for op in net.ops:
+        for t in op.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    extra: dict[int, TensorQuant] = {}
     fallback: dict[str, list[str]] = {}
     while True:
         convs = [o for o in net.ops if _int8_weights(o) and o.inputs[0] in quant and o.outputs[0] in quant]
         keep = {t for op in convs for t in (op.inputs[0], op.outputs[0])}
         for t in [t for t in quant if t not in keep]:
             del quant[t]
+        for t, q in extra.items():
+            quant.setdefault(t, q)
         changed = False
         for op in net.ops:
-            if op in convs or not op.outputs or op.outputs[0] not in quant:
+            if op in convs or not op.outputs or op.outputs[0] not in quant or not op.inputs:
                 continue
-            if not op.inputs or any(t not in quant for t in op.inputs):
-                continue
-            if op.type == "Pooling" and op.param is not None and op.param.get("type") == fb.PoolType.MAXPOOL:
+            if op.type in _CONV_OPS and op.param is not None and op.param.get("weight") is not None:
+                continue  # a float conv: MNN casts around it
+            pool = _is_maxpool(op) and quant[op.outputs[0]].zero == 0
+            int8_op = pool or (op.type == "BinaryOp" and INT8_BINARY)
+            if int8_op:
+                for t in op.inputs:
+                    if t in quant or producer.get(t) is None or producer[t].type == "Const":
+                        continue
+                    if producer[t].type not in _CONV_OPS:
+                        int8_op = False  # its producer might run in int8 on another grid
+                        break
+                    if t in marked:
+                        extra[t] = quant[t] = marked[t]
+                    elif pool and readers.get(t) == 1:
+                        extra[t] = quant[t] = quant[op.outputs[0]]
+                    else:
+                        int8_op = False
+                        break
+                    changed = True
+            if int8_op and pool:
                 if quant[op.outputs[0]] != quant[op.inputs[0]]:
                     quant[op.outputs[0]] = quant[op.inputs[0]]
                     changed = True
                 continue
-            if op.type == "BinaryOp" and INT8_BINARY:
+            if int8_op:
                 continue
+            # MNN would run these in int8 on an input grid that is not the QDQ model's
+            int8_kernel = op.type == "BinaryOp" or (op.type == "Pooling" and quant[op.outputs[0]].zero != 0)
+            if not int8_kernel and any(t not in quant for t in op.inputs):
+                continue  # MNN runs it in float with a cast on its output
             del quant[op.outputs[0]]
             fallback.setdefault(f"{op.type} (no exact int8 kernel)", []).append(op.name)
             changed = True
@@ -372,9 +446,17 @@ def finish_int8(net: MnnNet) -> int:
         idst = op.param.get("quanParameter")
         assert isinstance(idst, Table)
         fields = {**idst.fields, "scaleIn": quant[op.inputs[0]].scale, "scaleOut": quant[op.outputs[0]].scale}
+        qin, qout = quant[op.inputs[0]], quant[op.outputs[0]]
         meta = Table(
             "QuantizedFloatParam",
-            {"nbits": 8, "clampMin": -127, "clampMax": 127, "outputDataType": fb.DataType.DT_INT8},
+            {
+                "nbits": 8,
+                "zeroPoint": int(qin.zero),
+                "outputZeroPoint": int(qout.zero),
+                "clampMin": int(qout.min),
+                "clampMax": int(qout.max),
+                "outputDataType": fb.DataType.DT_INT8,
+            },
             force=frozenset({"nbits", "clampMin", "clampMax"}),
         )
         op.param = Table(
