@@ -231,3 +231,31 @@ def test_shared_model_op_counts(stem: str, tmp_path: Path) -> None:
     for name, want in ref.items():
         m = agreement(got[name].reshape(want.shape), want)
         assert m.max_rel <= 1e-3, f"{stem}/{name}: max_rel {m.max_rel:.3g}"
+
+
+# ------------------------------------------------------------------- op choices
+def test_float_div_of_two_tensors_runs(tmp_path: Path) -> None:
+    """a / b is BinaryOp REALDIV: MNN 3.6.1 fails to create a float DIV ("Create execution error")."""
+    b = np.abs(_r(*SHAPE)) + 0.5
+    model = _model([helper.make_node("Div", ["a", "b"], ["y"])], {"a": SHAPE}, ["y"], {"b": b})
+    _write_and_run(model, tmp_path)
+    net = fb.Net.GetRootAs((tmp_path / "m.mnn").read_bytes(), 0)
+    kinds = []
+    for i in range(net.OplistsLength()):
+        op = net.Oplists(i)
+        if op.Type() == fb.OpType.BinaryOp:
+            p = fb.BinaryOp()
+            p.Init(op.Main().Bytes, op.Main().Pos)
+            kinds.append(p.OpType())
+    assert kinds == [fb.BinaryOpOperation.REALDIV]
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_single_channel_conv_is_depthwise(channels: int, tmp_path: Path) -> None:
+    """A 1 -> 1 channel conv is MNN's ConvolutionDepthwise (group == ic == oc); 3 -> 3 dense is not."""
+    w = _r(channels, channels, 3, 3)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    model = _model([node], {"x": [1, channels, 6, 6]}, ["y"], {"w": w})
+    types, _ = _write_and_run(model, tmp_path)
+    want = "ConvolutionDepthwise" if channels == 1 else "Convolution"
+    assert want in types and types.count("ConvolutionDepthwise") == (channels == 1)

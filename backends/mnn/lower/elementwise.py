@@ -22,7 +22,7 @@ BINARY_OPS: dict[str, int] = {
     "Sum": fb.BinaryOpOperation.ADD,
     "Sub": fb.BinaryOpOperation.SUB,
     "Mul": fb.BinaryOpOperation.MUL,
-    "Div": fb.BinaryOpOperation.DIV,
+    "Div": fb.BinaryOpOperation.REALDIV,  # float only (see _INT_OK); MNN 3.6.1 cannot create a float DIV
     "Pow": fb.BinaryOpOperation.POW,
     "Max": fb.BinaryOpOperation.MAXIMUM,
     "Min": fb.BinaryOpOperation.MINIMUM,
