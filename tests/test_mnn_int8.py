@@ -5,13 +5,13 @@ What is checked:
 * every shared model compiles with ``--quantize int8 --emit onnx,mnn``; the ``.mnn`` loads in
   MNN's runtime and, on the real input, each output's cosine against the fp32 ONNX model is no
   worse than that of Kiln's own QDQ ONNX model minus 0.002;
-* the ``.mnn`` stores the activation quantisation as MNN int8 ops (FloatToInt8 / Int8ToFloat
-  with QuantizedFloatParam) and per-tensor ``quantInfo`` in ``extraTensorDescribe``.
-
-Scope (see the lowering's docstring): with the default uint8 activations the integer form is
-from their DequantizeLinear into float constants and convs run MNN's float kernels between the
-int8 casts (fake-quant); with ``--activation-type int8`` the 3.x integer form is written
-(Convolution with int8 quanParameter + scaleIn/scaleOut, quantInfo only) and MNN runs int8 convs.
+* with the default uint8 activations every shared model is written in MNN's 3.x integer form
+  (per-tensor ``quantInfo`` only, no cast ops) and MNN really runs its int8 convs as int8
+  kernels (its per-op callback reports DT_INT8); a Pooling on an asymmetric grid runs in float
+  between identity depthwise convs (MNN's int8 Pooling gets zero points wrong);
+* ``--activation-type int8`` (symmetric) gives the integer form too;
+* on small generated nets the integer form equals the QDQ ONNX model, and the float-pool
+  boundary convs appear only where a pool sits on an asymmetric grid.
 """
 
 from __future__ import annotations
@@ -75,9 +75,8 @@ def test_full_int8_cosine_vs_qdq_onnx(compiled: tuple[str, Path]) -> None:
         )
 
 
-INTEGER_BY_DEFAULT = {"ultraface_rfb320"}
-"""Shared models whose default (uint8) full-int8 ``.mnn`` is in MNN's integer form; the others
-have a MaxPool and keep the explicit casts (see backends/mnn/lower/quant.py)."""
+BOUNDARY = ("__dequant", "__requant")
+"""Name suffixes of the identity convs around a float Pooling on an asymmetric grid."""
 
 
 def _int8_conv_count(net: fb.Net) -> int:
@@ -95,26 +94,43 @@ def _int8_conv_count(net: fb.Net) -> int:
     return count
 
 
+def _boundary_convs(net: fb.Net) -> list[str]:
+    """Names of the identity depthwise convs around float pools; each is checked to be w = 1, b = 0."""
+    names = []
+    for i in range(net.OplistsLength()):
+        op = net.Oplists(i)
+        name = op.Name().decode()
+        if name.endswith(BOUNDARY):
+            assert op.Type() == fb.OpType.ConvolutionDepthwise
+            conv = fb.Convolution2D()
+            conv.Init(op.Main().Bytes, op.Main().Pos)
+            assert conv.QuanParameter() is None
+            assert np.all(conv.WeightAsNumpy() == 1.0) and np.all(conv.BiasAsNumpy() == 0.0)
+            names.append(name)
+    return names
+
+
 def test_full_int8_mnn_structure(compiled: tuple[str, Path]) -> None:
+    """Default (uint8) activations: the integer form on every shared model, int8 convs run as int8."""
     stem, out = compiled
     net = fb.Net.GetRootAs((out / "model.mnn").read_bytes(), 0)
     types = [net.Oplists(i).Type() for i in range(net.OplistsLength())]
-    integer = stem in INTEGER_BY_DEFAULT
-    casts = types.count(fb.OpType.FloatToInt8) + types.count(fb.OpType.Int8ToFloat)
-    assert (casts == 0) if integer else (casts > 0)
-    assert (_int8_conv_count(net) > 0) == integer
+    assert fb.OpType.FloatToInt8 not in types and fb.OpType.Int8ToFloat not in types
     assert net.ExtraTensorDescribeLength() > 0
+    zeros = set()
     for i in range(net.ExtraTensorDescribeLength()):
         q = net.ExtraTensorDescribe(i).QuantInfo()
         assert q is not None and q.Type() == fb.DataType.DT_INT8 and q.Scale() > 0.0
         assert -128 <= q.Zero() <= 127
-    for i in range(net.OplistsLength()):
-        op = net.Oplists(i)
-        if op.Type() == fb.OpType.FloatToInt8:
-            assert op.MainType() == fb.OpParameter.QuantizedFloatParam
-    if integer:
-        ran = _int8_op_types(out / "model.mnn", dict(np.load(DATA / f"{stem}.npz")))
-        assert ran.count("Convolution") >= _int8_conv_count(net) // 2
+        zeros.add(q.Zero())
+    assert any(z != 0.0 for z in zeros)
+    _boundary_convs(net)
+    count = _int8_conv_count(net)
+    assert count >= 10
+    ran = _int8_op_types(out / "model.mnn", dict(np.load(DATA / f"{stem}.npz")))
+    assert ran.count("Convolution") + ran.count("ConvolutionDepthwise") == count
+    if any(net.Oplists(i).Name().decode().endswith(BOUNDARY) for i in range(net.OplistsLength())):
+        assert "Pooling" not in ran  # no int8 Pooling on an asymmetric grid
 
 
 def _int8_op_types(path: Path, feeds: dict[str, np.ndarray]) -> list[str]:
@@ -226,6 +242,62 @@ def test_default_uint8_integer_form_is_exact(tmp_path: Path) -> None:
     ran = _int8_op_types(out / "model.mnn", feeds)
     assert ran.count("Convolution") == _int8_conv_count(net) >= 2
     assert "ConvolutionDepthwise" not in ran
+    assert _boundary_convs(net) == []  # no pool: the float-pool boundary must not fire
     qdq = run_onnxruntime(out / "model.onnx", feeds)["y"]
     got = run_mnn(out / "model.mnn", feeds)["y"].reshape(qdq.shape)
     assert np.abs(got - qdq).max() <= 1e-3 * np.abs(qdq).max()
+
+
+_POOL = """g (float[1,8,8,8] x) => (float[1,8,4,4] y, float[1,8,4,4] z) {
+    c = Conv<pads=[1,1,1,1]>(x, w, b)
+    d = Conv<pads=[1,1,1,1]>(c, w2, b)
+    p = MaxPool<{pool}>(d)
+    e = Conv<pads=[1,1,1,1]>(p, w, b)
+    g = Conv<pads=[1,1,1,1],strides=[2,2]>(d, w, b)
+    y = Conv<pads=[1,1,1,1]>(e, w, b)
+    z = Conv<pads=[1,1,1,1]>(g, w, b)
+}"""
+
+
+_PADDED = "kernel_shape=[3,3],strides=[2,2],pads=[1,1,1,1]"
+
+
+@pytest.mark.parametrize(
+    ("activation", "pool"), [("uint8", _PADDED), ("int8", "kernel_shape=[2,2],strides=[2,2]")]
+)
+def test_float_pool_boundary(activation: str, pool: str, tmp_path: Path) -> None:
+    """A MaxPool between int8 tensors whose input a float conv writes (the QDQ model quantises
+    only the pool's output). MNN's int8 Pooling is wrong there (asymmetric grid: ~128 LSB off;
+    symmetric: fed through a runtime cast, also wrong), so the pool runs in float between
+    identity depthwise convs (int8 in, int8 out) while the int8 convs around it stay int8; the
+    result equals the QDQ ONNX model's. (Must-not-fire: see the pool-free nets above.)"""
+    import onnx
+
+    from tests.helpers.onnx_text import rand, text_model
+
+    model = text_model(
+        _POOL.replace("{pool}", pool),
+        w=rand(8, 8, 3, 3, seed=1, scale=0.3),
+        w2=rand(8, 8, 3, 3, seed=3, scale=0.3),
+        b=rand(8, seed=2),
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((8, 1, 8, 8, 8)).astype(np.float32) + 0.5)
+    feeds = {"x": rng.standard_normal((1, 8, 8, 8)).astype(np.float32) + 0.5}
+    np.savez(tmp_path / "in.npz", x=feeds["x"])
+    out = tmp_path / "o"
+    args = ["compile", str(tmp_path / "m.onnx"), "-o", str(out), "--quantize", "int8"]
+    args += ["--activation-type", activation, "--calib", str(tmp_path / "calib.npz"), "--emit", "onnx,mnn"]
+    assert main([*args, "--inputs", str(tmp_path / "in.npz")]) == 0
+    net = fb.Net.GetRootAs((out / "model.mnn").read_bytes(), 0)
+    types = [net.Oplists(i).Type() for i in range(net.OplistsLength())]
+    assert fb.OpType.FloatToInt8 not in types and fb.OpType.Int8ToFloat not in types
+    ran = _int8_op_types(out / "model.mnn", feeds)
+    assert ran.count("Convolution") == _int8_conv_count(net) == 3  # c, e, g
+    assert sorted(_boundary_convs(net)) == ["p__dequant", "p__requant"] and "Pooling" not in ran
+    qdq = run_onnxruntime(out / "model.onnx", feeds)
+    got = run_mnn(out / "model.mnn", feeds)
+    for name, expected in qdq.items():
+        diff = np.abs(got[name].reshape(expected.shape) - expected).max()
+        assert diff <= 1e-3 * np.abs(expected).max(), f"{name}: max |MNN - QDQ| {diff}"
