@@ -27,6 +27,7 @@ from compiler.cli import main
 from compiler.metrics import agreement
 from compiler.runners import run_onnxruntime
 from tests.conftest import MODEL_STEMS, MODELS
+from tests.helpers.cnn_models import CNN_MODELS, INPUT_SHAPE, save_cnn_models
 
 DATA = MODELS / "data"
 SHAPES = {"ppocr_mobile_v2_cls": ["--input-shape", "x=1x3x48x192"]}
@@ -307,3 +308,27 @@ def test_float_pool_boundary(activation: str, pool: str, tmp_path: Path) -> None
     for name, expected in qdq.items():
         diff = np.abs(got[name].reshape(expected.shape) - expected).max()
         assert diff <= 1e-3 * np.abs(expected).max(), f"{name}: max |MNN - QDQ| {diff}"
+
+
+@pytest.mark.parametrize("name", sorted(CNN_MODELS))
+def test_generated_cnn_full_int8(name: str, tmp_path: Path) -> None:
+    """The generated ResNet-18 / MobileNetV2 (tests/helpers/cnn_models.py), default uint8 activations:
+    the integer form runs int8 convs in MNN and every output meets the QDQ ONNX model's cosine - 0.002."""
+    src = save_cnn_models(tmp_path)[name]
+    rng = np.random.default_rng(7)
+    np.savez(tmp_path / "calib.npz", input=rng.standard_normal((4, *INPUT_SHAPE)).astype(np.float32))
+    feeds = {"input": rng.standard_normal(INPUT_SHAPE).astype(np.float32)}
+    np.savez(tmp_path / "in.npz", **feeds)  # type: ignore[arg-type]
+    out = tmp_path / "o"
+    args = ["compile", str(src), "-o", str(out), "--quantize", "int8", "--calib", str(tmp_path / "calib.npz")]
+    assert main([*args, "--emit", "onnx,mnn", "--inputs", str(tmp_path / "in.npz"), "--no-sensitivity"]) == 0
+    net = fb.Net.GetRootAs((out / "model.mnn").read_bytes(), 0)
+    types = [net.Oplists(i).Type() for i in range(net.OplistsLength())]
+    assert fb.OpType.FloatToInt8 not in types and fb.OpType.Int8ToFloat not in types
+    assert _int8_op_types(out / "model.mnn", feeds).count("Convolution") >= 10
+    ref = run_onnxruntime(src, feeds)
+    qdq = run_onnxruntime(out / "model.onnx", feeds)
+    got = run_mnn(out / "model.mnn", feeds)
+    for n, expected in ref.items():
+        c_onnx = agreement(qdq[n], expected).cosine
+        assert agreement(got[n].reshape(expected.shape), expected).cosine >= c_onnx - SLACK, n
