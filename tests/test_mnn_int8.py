@@ -17,6 +17,7 @@ What is checked:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -202,6 +203,29 @@ def test_integer_form(stem: str, tmp_path: Path) -> None:
         assert agreement(got[name].reshape(expected.shape), expected).cosine >= c_onnx - SLACK
 
 
+def _compile_small(model: Any, tmp_path: Path, *extra: str) -> tuple[Path, dict[str, np.ndarray]]:
+    """``--quantize int8 --emit onnx,mnn`` of a 1x8x8x8-input net, calibrated on 8 seeded samples."""
+    import onnx
+
+    onnx.save(model, tmp_path / "m.onnx")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((8, 1, 8, 8, 8)).astype(np.float32) + 0.5)
+    feeds = {"x": rng.standard_normal((1, 8, 8, 8)).astype(np.float32) + 0.5}
+    np.savez(tmp_path / "in.npz", x=feeds["x"])
+    out = tmp_path / "o"
+    args = ["compile", str(tmp_path / "m.onnx"), "-o", str(out), "--quantize", "int8", *extra]
+    args += [
+        "--calib",
+        str(tmp_path / "calib.npz"),
+        "--emit",
+        "onnx,mnn",
+        "--inputs",
+        str(tmp_path / "in.npz"),
+    ]
+    assert main(args) == 0
+    return out, feeds
+
+
 _CHAIN = """g (float[1,8,8,8] x) => (float[1,8,8,8] y) {
     c = Conv<pads=[1,1,1,1]>(x, w, b)
     f = Conv<pads=[1,1,1,1],group=8>(c, wd, b)
@@ -215,7 +239,6 @@ def test_default_uint8_integer_form_is_exact(tmp_path: Path) -> None:
     """Default (uint8, zero point != 0) activations in MNN's integer form: int8 convs with zero
     points z - 128, a depthwise conv in float between runtime casts; the result equals the QDQ
     ONNX model's (same grids, same integer maths)."""
-    import onnx
 
     from tests.helpers.onnx_text import rand, text_model
 
@@ -225,22 +248,7 @@ def test_default_uint8_integer_form_is_exact(tmp_path: Path) -> None:
         wd=rand(8, 1, 3, 3, seed=4, scale=0.5),
         b=rand(8, seed=2),
     )
-    onnx.save(model, tmp_path / "m.onnx")
-    rng = np.random.default_rng(0)
-    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((8, 1, 8, 8, 8)).astype(np.float32) + 0.5)
-    feeds = {"x": rng.standard_normal((1, 8, 8, 8)).astype(np.float32) + 0.5}
-    np.savez(tmp_path / "in.npz", x=feeds["x"])
-    out = tmp_path / "o"
-    args = ["compile", str(tmp_path / "m.onnx"), "-o", str(out), "--quantize", "int8"]
-    args += [
-        "--calib",
-        str(tmp_path / "calib.npz"),
-        "--emit",
-        "onnx,mnn",
-        "--inputs",
-        str(tmp_path / "in.npz"),
-    ]
-    assert main(args) == 0
+    out, feeds = _compile_small(model, tmp_path)
     net = fb.Net.GetRootAs((out / "model.mnn").read_bytes(), 0)
     types = [net.Oplists(i).Type() for i in range(net.OplistsLength())]
     assert fb.OpType.FloatToInt8 not in types and fb.OpType.Int8ToFloat not in types
@@ -278,7 +286,6 @@ def test_float_pool_boundary(activation: str, pool: str, tmp_path: Path) -> None
     symmetric: fed through a runtime cast, also wrong), so the pool runs in float between
     identity depthwise convs (int8 in, int8 out) while the int8 convs around it stay int8; the
     result equals the QDQ ONNX model's. (Must-not-fire: see the pool-free nets above.)"""
-    import onnx
 
     from tests.helpers.onnx_text import rand, text_model
 
@@ -288,15 +295,7 @@ def test_float_pool_boundary(activation: str, pool: str, tmp_path: Path) -> None
         w2=rand(8, 8, 3, 3, seed=3, scale=0.3),
         b=rand(8, seed=2),
     )
-    onnx.save(model, tmp_path / "m.onnx")
-    rng = np.random.default_rng(0)
-    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((8, 1, 8, 8, 8)).astype(np.float32) + 0.5)
-    feeds = {"x": rng.standard_normal((1, 8, 8, 8)).astype(np.float32) + 0.5}
-    np.savez(tmp_path / "in.npz", x=feeds["x"])
-    out = tmp_path / "o"
-    args = ["compile", str(tmp_path / "m.onnx"), "-o", str(out), "--quantize", "int8"]
-    args += ["--activation-type", activation, "--calib", str(tmp_path / "calib.npz"), "--emit", "onnx,mnn"]
-    assert main([*args, "--inputs", str(tmp_path / "in.npz")]) == 0
+    out, feeds = _compile_small(model, tmp_path, "--activation-type", activation)
     net = fb.Net.GetRootAs((out / "model.mnn").read_bytes(), 0)
     types = [net.Oplists(i).Type() for i in range(net.OplistsLength())]
     assert fb.OpType.FloatToInt8 not in types and fb.OpType.Int8ToFloat not in types
