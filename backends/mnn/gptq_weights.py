@@ -38,7 +38,7 @@ from backends.mnn.weights import QuantizedWeights, WeightStorage, quantize_weigh
 from compiler.errors import KilnError
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ops.shapes import resolve_pads, window_params
-from compiler.quant.gptq import DAMP, conv_patches
+from compiler.quant.gptq import DAMP, conv_patches, gptq_columns
 
 __all__ = [
     "grid_gptq_levels",
@@ -72,49 +72,24 @@ def _grid(qw: QuantizedWeights, k: int) -> tuple[np.ndarray, np.ndarray, int, in
     return s, np.zeros_like(s), 0, -(half - 1), half - 1
 
 
-def _upper_inverse_factor(h: np.ndarray, damp: float) -> np.ndarray:
-    """U with H⁻¹ = Uᵀ U for H damped on its diagonal (damping raised until H is positive definite)."""
-    k = h.shape[0]
-    base = float(np.mean(np.diag(h))) if k else 1.0
-    for attempt in range(6):
-        hd = h.copy()
-        hd[np.diag_indices(k)] += damp * (10.0**attempt) * base
-        try:
-            return np.asarray(np.linalg.cholesky(np.linalg.inv(hd)).T)
-        except np.linalg.LinAlgError:
-            continue
-    raise KilnError("GPTQ: the layer's input Hessian is not positive definite even with damping")
-
-
 def grid_gptq_levels(w: np.ndarray, h: np.ndarray, qw: QuantizedWeights, *, damp: float = DAMP) -> np.ndarray:
     """GPTQ levels ([rows, K] int32) of ``w`` on the grid of ``qw`` (its scales, offsets, bits); H (K x K).
 
     ``qw`` is the nearest rounding of ``w`` (or of any rows sharing its grid); its ``q`` is not read.
     """
-    w64 = np.asarray(w, np.float64).copy()
-    rows, k = w64.shape
+    k = np.asarray(w).shape[1]
     s, m, t, lo, hi = _grid(qw, k)
-    h = np.asarray(h, np.float64).copy()
-    dead = np.diag(h) <= 0.0
-    h[dead, dead] = 1.0
-    order = np.argsort(-np.diag(h), kind="stable")
-    h = h[np.ix_(order, order)]
-    w64, s, m = w64[:, order], s[:, order], m[:, order]
-    u = _upper_inverse_factor(h, damp)
     live = s > 0
     safe = np.where(live, s, np.float32(1.0)).astype(np.float32)
-    q = np.empty((rows, k), np.float64)
-    for i in range(k):
-        col = w64[:, i].astype(np.float32)
-        qi = np.rint((col - m[:, i]) / safe[:, i]).astype(np.float64) + t
-        qi = np.where(live[:, i], np.clip(qi, lo, hi), float(t))
-        q[:, i] = qi
-        decoded = (qi - t) * s[:, i].astype(np.float64) + m[:, i].astype(np.float64)
-        err = (w64[:, i] - decoded) / u[i, i]
-        w64[:, i + 1 :] -= np.outer(err, u[i, i + 1 :])
-    out = np.empty_like(q)
-    out[:, order] = q
-    return out.astype(np.int32)
+
+    def level(i: int, col: np.ndarray) -> np.ndarray:
+        qi = np.rint((col.astype(np.float32) - m[:, i]) / safe[:, i]).astype(np.float64) + t
+        return np.asarray(np.where(live[:, i], np.clip(qi, lo, hi), float(t)))
+
+    def decode(i: int, qi: np.ndarray) -> np.ndarray:
+        return np.asarray((qi - t) * s[:, i].astype(np.float64) + m[:, i].astype(np.float64))
+
+    return gptq_columns(w, h, level, decode, damp=damp).astype(np.int32)
 
 
 def gptq_quantized(

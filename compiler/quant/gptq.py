@@ -27,42 +27,80 @@ nearest rounding. This module is the tested core for weight-only int8 lowering.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from compiler.errors import KilnError
 from compiler.quant.params import QParams, quantize, weight_params
 
-__all__ = ["DAMP", "gptq_levels", "conv_patches", "conv_hessians", "gptq_conv_weight"]
+__all__ = [
+    "DAMP",
+    "gptq_columns",
+    "gptq_levels",
+    "upper_inverse_factor",
+    "conv_patches",
+    "conv_hessians",
+    "gptq_conv_weight",
+]
 
 DAMP = 0.01
 _CHUNK = 1 << 14  # output positions per im2col chunk
 
 
-def gptq_levels(w: np.ndarray, h: np.ndarray, scale: np.ndarray, *, damp: float = DAMP) -> np.ndarray:
-    """Integer levels Q (int8, within ±127) of ``w`` (O x K) on row scales (O,) or one scale, H (K x K)."""
-    w = np.asarray(w, np.float64).copy()
-    s = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (w.shape[0],))[:, None]
-    k = w.shape[1]
+def upper_inverse_factor(h: np.ndarray, damp: float = DAMP) -> np.ndarray:
+    """U with H⁻¹ = Uᵀ U, H damped by ``damp`` · mean(diag H) (x10 per retry while not positive definite)."""
+    k = h.shape[0]
+    base = float(np.mean(np.diag(h))) if k else 1.0
+    for attempt in range(6):
+        hd = h.copy()
+        hd[np.diag_indices(k)] += damp * (10.0**attempt) * base
+        try:
+            return np.asarray(np.linalg.cholesky(np.linalg.inv(hd)).T)
+        except np.linalg.LinAlgError:
+            continue
+    raise KilnError("GPTQ: the layer's input Hessian is not positive definite even with damping")
+
+
+Column = Callable[[int, np.ndarray], np.ndarray]
+
+
+def gptq_columns(
+    w: np.ndarray, h: np.ndarray, round_column: Column, decode_column: Column, *, damp: float = DAMP
+) -> np.ndarray:
+    """GPTQ levels Q (rows x K, float64) of ``w`` on any per-column grid.
+
+    ``round_column(k, w_k)`` gives column k's levels for its current (error-fed) values and
+    ``decode_column(k, q_k)`` the weights they stand for; k is the column's index in ``w``.
+    Columns go by decreasing diag H (stable), a column no input reaches gets H_kk = 1.
+    """
     h = np.asarray(h, np.float64).copy()
     dead = np.diag(h) <= 0.0
     h[dead, dead] = 1.0
     order = np.argsort(-np.diag(h), kind="stable")
-    h = h[np.ix_(order, order)]
-    w = w[:, order]
-    h[np.diag_indices(k)] += damp * float(np.mean(np.diag(h))) if k else 0.0
-    u = np.linalg.cholesky(np.linalg.inv(h)).T  # upper, H⁻¹ = Uᵀ U
-    q = np.zeros(w.shape, np.float64)
+    u = upper_inverse_factor(h[np.ix_(order, order)], damp)
+    work = np.asarray(w, np.float64)[:, order].copy()
+    q = np.zeros(work.shape, np.float64)
+    for j, k in enumerate(order):
+        qk = round_column(int(k), work[:, j])
+        q[:, k] = qk
+        err = (work[:, j] - decode_column(int(k), qk)) / u[j, j]
+        work[:, j + 1 :] -= np.outer(err, u[j, j + 1 :])
+    return q
+
+
+def gptq_levels(w: np.ndarray, h: np.ndarray, scale: np.ndarray, *, damp: float = DAMP) -> np.ndarray:
+    """Integer levels Q (int8, within ±127) of ``w`` (O x K) on row scales (O,) or one scale, H (K x K)."""
+    w = np.asarray(w, np.float64)
+    s = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (w.shape[0],))
     safe = np.where(s > 0, s, 1.0)
-    for i in range(k):
-        qi = np.clip(np.rint(w[:, i : i + 1] / safe), -127.0, 127.0)
-        q[:, i : i + 1] = qi
-        err = (w[:, i : i + 1] - qi * s) / u[i, i]
-        w[:, i + 1 :] -= err * u[i : i + 1, i + 1 :]
-    out = np.empty_like(q)
-    out[:, order] = q
-    return out.astype(np.int8)
+
+    def level(_k: int, col: np.ndarray) -> np.ndarray:
+        return np.asarray(np.clip(np.rint(col / safe), -127.0, 127.0))
+
+    q = gptq_columns(w, h, level, lambda _k, qk: qk * s, damp=damp)
+    return q.astype(np.int8)
 
 
 def conv_patches(x: np.ndarray, attrs: Any) -> np.ndarray:
