@@ -181,16 +181,7 @@ def test_integer_form(stem: str, tmp_path: Path) -> None:
     types = [net.Oplists(i).Type() for i in range(net.OplistsLength())]
     assert fb.OpType.FloatToInt8 not in types and fb.OpType.Int8ToFloat not in types
     assert net.ExtraTensorDescribeLength() > 0
-    int8_convs = 0
-    for i in range(net.OplistsLength()):
-        op = net.Oplists(i)
-        if op.Type() in (fb.OpType.Convolution, fb.OpType.ConvolutionDepthwise):
-            conv = fb.Convolution2D()
-            conv.Init(op.Main().Bytes, op.Main().Pos)
-            quan = conv.QuanParameter()
-            if quan is not None and quan.ScaleIn() > 0.0 and quan.ScaleOut() > 0.0:
-                assert conv.WeightLength() == 0 and quan.QuantScale() == 1.0
-                int8_convs += 1
+    int8_convs = _int8_conv_count(net)
     assert int8_convs > 0
     feeds = dict(np.load(DATA / f"{stem}.npz"))
     ran = _int8_op_types(out / "model.mnn", feeds)
