@@ -4,18 +4,19 @@ Each emitter writes its files into the output directory and returns the
 artifacts it made. Emitters are imported lazily so that, for example, an
 ONNX-only compile never imports TVM. Backends whose artifacts run in their own
 runtime also register that runner here (``kiln run`` and verification use it).
+:class:`Artifact` is :class:`compiler.backend.Artifact`, re-exported (one Artifact class).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from compiler.backend import Artifact
 from compiler.errors import OptionError
 from compiler.runners import Runner, register_runner
 
@@ -24,18 +25,6 @@ if TYPE_CHECKING:
     from compiler.options import CompileOptions
 
 __all__ = ["Artifact", "Emitter", "get_emitter", "emit_kinds"]
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """One file written by an emitter (path relative to the output directory)."""
-
-    kind: str
-    target: str
-    path: str
-    precision: str = "fp32"
-    details: dict[str, Any] | None = None  # backend decisions recorded in the manifest
-    unverifiable: str = ""  # why this machine cannot run the artifact (e.g. "needs a CUDA GPU")
 
 
 Emitter = Callable[["Graph", Path, "CompileOptions"], list[Artifact]]

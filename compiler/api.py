@@ -54,7 +54,7 @@ def load_model(
     path: str | os.PathLike[str], *, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> Graph:
     """Import a model file (format picked by suffix or magic bytes)."""
-    from frontends.registry import load_model as _load
+    from compiler.plugins import load_model as _load
 
     return _load(Path(path), input_shapes=input_shapes)
 
@@ -66,7 +66,7 @@ def save_model(graph: Graph, path: str | os.PathLike[str]) -> None:
         from compiler.errors import OptionError
 
         raise OptionError(f"{p}: save_model writes .onnx files (use `kiln compile --emit` for other formats)")
-    from backends.onnx.exporter import save_onnx
+    from compiler.onnx_export import save_onnx
     from compiler.output_dir import atomic_output_file
 
     with atomic_output_file(p) as tmp:

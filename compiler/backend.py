@@ -36,8 +36,10 @@ __all__ = [
     "Backend",
     "CapabilityTable",
     "Check",
+    "DYNAMIC_SHAPE",
     "OpSupport",
     "Request",
+    "all_of",
     "all_backends",
     "get_backend",
     "resolve_emit",
@@ -63,6 +65,20 @@ class Artifact:
     unverifiable: str = ""  # why this machine cannot run the artifact (e.g. "needs a CUDA GPU")
 
 
+def all_of(*checks: Check | None) -> Check:
+    """One check: the first reason any of ``checks`` gives (None entries are skipped)."""
+    todo = [c for c in checks if c is not None]
+
+    def check(graph: Graph, node: Node) -> str | None:
+        for c in todo:
+            why = c(graph, node)
+            if why is not None:
+                return why
+        return None
+
+    return check
+
+
 @dataclass(frozen=True)
 class OpSupport(Generic[LowerT]):
     """How a backend handles one op: ``check`` (a reason or None) and the backend's ``lower``."""
@@ -71,9 +87,12 @@ class OpSupport(Generic[LowerT]):
     check: Check | None = None
 
 
+DYNAMIC_SHAPE = "dynamic shape (fix it with --input-shape)"
+
+
 def _static(graph: Graph, node: Node) -> str | None:
     types = [v.type for v in graph.inputs_of(node) if v is not None] + list(node.output_types)
-    return None if all(t.is_static for t in types) else "dynamic shape (fix it with --input-shape)"
+    return None if all(t.is_static for t in types) else DYNAMIC_SHAPE
 
 
 class CapabilityTable(Generic[LowerT]):

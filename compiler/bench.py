@@ -9,7 +9,7 @@ processes, with more threads it misses the workers' share).
 
 ONNX models are timed in onnxruntime's CPU provider with ``intra_op_num_threads`` = threads,
 ``inter_op_num_threads`` = 1, no spin-waiting and default graph optimizations; TVM artifacts
-through :mod:`backends.tvm.runtime` (imported only when needed).
+through TVM's runtime (the ``tvm`` backend's, imported only when needed).
 """
 
 from __future__ import annotations
@@ -144,9 +144,9 @@ def runner_callable(artifact: Path, feeds: Mapping[str, np.ndarray], threads: in
     if suffix == ".onnx":
         return _ort_callable(Path(artifact), feeds, threads)
     if suffix == ".so":
-        from backends.tvm.runtime import load_artifact
+        from compiler.plugins import TVM_RUNTIME, entry
 
-        return load_artifact(Path(artifact), threads).bind(feeds)
+        return entry(f"{TVM_RUNTIME}:load_artifact")(Path(artifact), threads).bind(feeds)
     raise OptionError(f"{artifact}: kiln bench times .so (TVM) and .onnx artifacts")
 
 
@@ -204,9 +204,9 @@ def random_feeds_for(artifact: Path, seed: int = 0) -> dict[str, np.ndarray]:
     artifact = Path(artifact)
     specs: list[tuple[str, list[Any], str]] = []
     if artifact.suffix.lower() == ".so":
-        from backends.tvm.runtime import TvmModel
+        from compiler.plugins import TVM_RUNTIME, entry
 
-        meta = TvmModel.read_meta(artifact)
+        meta = entry(f"{TVM_RUNTIME}:TvmModel").read_meta(artifact)
         specs = [(s.name, list(s.shape or ()), s.dtype) for s in meta[0]]
     else:
         for i in ort_session(artifact, 1).get_inputs():
@@ -267,9 +267,10 @@ def bench_remote(
 
     The device times each run itself; the median is over ``rounds`` runs after one warm-up.
     """
-    from backends.tvm.rpc import RpcAddress, time_remote
+    from compiler.plugins import TVM_RPC, entry
 
-    addr = RpcAddress.parse(rpc)
+    addr = entry(f"{TVM_RPC}:RpcAddress").parse(rpc)
+    time_remote = entry(f"{TVM_RPC}:time_remote")
     if feeds is None:
         feeds = random_feeds_for(Path(artifact))
     secs = sorted(time_remote(Path(artifact), feeds, addr, rounds))

@@ -18,8 +18,6 @@ import numpy as np
 from compiler.errors import KilnError, OptionError
 
 if TYPE_CHECKING:
-    from backends.cann.options import CannOptions
-    from backends.mnn.options import MnnOptions
     from compiler.quant.options import QuantOptions
 
 __all__ = ["main", "build_parser"]
@@ -46,14 +44,19 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("model", type=Path)
     comp.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR")
     comp.add_argument(
-        "--emit", default=None, help="comma-separated artifact kinds (default: onnx, or none with --target)"
+        "--emit",
+        action="append",
+        default=None,
+        metavar="K[,K]",
+        help="artifact kinds, comma-separated or repeated (default: onnx, or none with --target)",
     )
     comp.add_argument(
         "--target",
-        default="",
+        action="append",
+        default=[],
         metavar="T[,T]",
-        help="TVM targets: cpu (host), x86-avx2, x86-avx512, arm, arm-dotprod, cuda[:sm_XX]; "
-        "writes OUT/<target>/model.so",
+        help="TVM targets, comma-separated or repeated: cpu (host), x86-avx2, x86-avx512, arm, "
+        "arm-dotprod, cuda[:sm_XX]; writes OUT/<target>/model.so",
     )
     comp.add_argument(
         "--input-shape",
@@ -67,8 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--seed", type=int, default=0, help="seed of random verification inputs")
     _add_pipeline_flags(comp)
     _add_quant_flags(comp)
-    _add_mnn_flags(comp)
-    _add_cann_flags(comp)
+    from compiler.backend import all_backends
+
+    for backend in all_backends():
+        backend.add_arguments(comp)
+
+    ops = sub.add_parser("ops", help="print the op x backend support matrix (native / decomposed / refused)")
+    ops.add_argument("--backend", action="append", default=[], metavar="B", help="only these backends")
+    ops.add_argument("--json", action="store_true", help="print the matrix as JSON")
+    ops.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table")
 
     lst = sub.add_parser("passes", help="list the registered passes and named pipelines")
     lst.add_argument("--verbose-docs", action="store_true", help="print each pass's full docstring")
@@ -134,6 +144,13 @@ def _add_quant_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--calib-runtime", default="onnxruntime", choices=["onnxruntime", "interpreter"])
 
 
+def _calib_taken_by_backend(args: argparse.Namespace) -> bool:
+    """True when a requested backend uses --calib without --quantize (MNN's GPTQ weight rounding)."""
+    from compiler.backend import all_backends
+
+    return any(bool(getattr(b, "consumes_calib", lambda a: False)(args)) for b in all_backends())
+
+
 def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
     from compiler.quant.options import QuantOptions
 
@@ -144,7 +161,7 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
     given += ["--bias-correction"] if args.bias_correction else []
     given += ["--no-sensitivity"] if args.no_sensitivity else []
     if args.quantize is None:
-        if _mnn_gptq(args):  # --calib feeds GPTQ rounding of MNN int8/int4 weights (MnnOptions.calib)
+        if args.calib is not None and _calib_taken_by_backend(args):  # e.g. MNN's GPTQ weight rounding
             given.remove("--calib")
         if given:
             raise OptionError(
@@ -166,84 +183,6 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
         calib_runtime=args.calib_runtime,
         sensitivity=not args.no_sensitivity,
     )
-
-
-def _add_mnn_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("MNN (--emit mnn)")
-    g.add_argument("--mnn-weights", choices=["fp32", "fp16", "int8", "int4"], help="weight storage (fp32)")
-    g.add_argument("--mnn-scale", choices=["fp32", "fp16"], help="int8/int4 scale storage (fp32)")
-    g.add_argument("--mnn-asymmetric", action="store_true", help="int8/int4 weights with (min, scale) pairs")
-    g.add_argument("--mnn-block-size", type=int, metavar="N", help="one scale per N input channels")
-    g.add_argument("--external-weights", action="store_true", help="weights in model.mnn.weight")
-    g.add_argument("--mnn-biz-code", metavar="TEXT", help="Net.bizCode (default: kiln)")
-    g.add_argument(
-        "--mnn-min-cosine",
-        type=float,
-        metavar="C",
-        help="int8/int4: keep fp16 weights in the most sensitive layers until the output cosine "
-        "reaches C (default: the precision's verification floor; 0 quantizes every layer)",
-    )
-
-
-def _mnn_gptq(args: argparse.Namespace) -> bool:
-    """--calib without --quantize for MNN weight-only int8/int4: GPTQ rounding of the weights."""
-    emit = {k.strip() for k in (args.emit or "").split(",")}
-    return (
-        args.calib is not None
-        and args.quantize is None
-        and "mnn" in emit
-        and args.mnn_weights in ("int8", "int4")
-    )
-
-
-def _mnn_options(args: argparse.Namespace, emit: tuple[str, ...]) -> MnnOptions | None:
-    from backends.mnn.options import MnnOptions
-
-    flags = {
-        "--mnn-weights": args.mnn_weights,
-        "--mnn-scale": args.mnn_scale,
-        "--mnn-asymmetric": args.mnn_asymmetric or None,
-        "--mnn-block-size": args.mnn_block_size,
-        "--external-weights": args.external_weights or None,
-        "--mnn-biz-code": args.mnn_biz_code,
-        "--mnn-min-cosine": args.mnn_min_cosine,
-    }
-    given = [k for k, v in flags.items() if v is not None]
-    if "mnn" not in emit:
-        if given:
-            raise OptionError(f"{given[0]} needs --emit mnn")
-        return None
-    return MnnOptions(
-        weights=args.mnn_weights or "fp32",
-        scale=args.mnn_scale or "fp32",
-        asymmetric=args.mnn_asymmetric,
-        block_size=args.mnn_block_size,
-        external=args.external_weights,
-        biz_code=args.mnn_biz_code if args.mnn_biz_code is not None else "kiln",
-        min_cosine=args.mnn_min_cosine,
-        calib=args.calib if _mnn_gptq(args) else None,
-        calib_count=args.calib_count if _mnn_gptq(args) else None,
-        preprocess=args.preprocess if _mnn_gptq(args) else None,
-    )
-
-
-def _add_cann_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("CANN (--emit cann)")
-    g.add_argument(
-        "--cann-schema",
-        choices=["ge", "domi"],
-        help="MODEL_DEF schema of model.om: ge (ge.proto.ModelDef, default) or domi (the legacy seed schema)",
-    )
-
-
-def _cann_options(args: argparse.Namespace, emit: tuple[str, ...]) -> CannOptions | None:
-    from backends.cann.options import CannOptions
-
-    if "cann" not in emit:
-        if args.cann_schema is not None:
-            raise OptionError("--cann-schema needs --emit cann")
-        return None
-    return CannOptions(schema=args.cann_schema or "ge")
 
 
 def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
@@ -271,7 +210,7 @@ def _cmd_opt(args: argparse.Namespace) -> int:
     from compiler.input_spec import parse_input_shapes
     from compiler.ir.verifier import verify
     from compiler.pipelines import run_passes
-    from frontends.registry import load_model
+    from compiler.plugins import load_model
 
     if args.output.suffix.lower() != ".onnx":
         raise OptionError(f"-o {args.output}: kiln opt writes an .onnx file")
@@ -288,33 +227,59 @@ def _cmd_opt(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from compiler.input_spec import parse_input_shapes
     from compiler.inspect import summarize
-    from frontends.registry import load_model
+    from compiler.plugins import load_model
 
     graph = load_model(args.model, input_shapes=parse_input_shapes(args.input_shape))
     print(summarize(graph, args.model.name))
     return 0
 
 
+def _list_flag(flag: str, values: Sequence[str]) -> tuple[str, ...]:
+    """A repeatable, comma-separated flag as one tuple in order; a value given twice is refused."""
+    out: list[str] = []
+    for text in values:
+        for item in (k.strip() for k in text.split(",")):
+            if not item:
+                continue
+            if item in out:
+                raise OptionError(f"{flag} {item!r} is given twice")
+            out.append(item)
+    return tuple(out)
+
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    import json
+
+    from compiler.support_matrix import format_markdown, format_text, support_matrix
+
+    matrix = support_matrix(args.backend or None)
+    if args.json:
+        print(json.dumps(matrix.as_json(), indent=2, sort_keys=True))
+    elif args.markdown:
+        print(format_markdown(matrix))
+    else:
+        print(format_text(matrix))
+    return 0
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from backends.registry import emit_kinds
+    from compiler.backend import all_backends, emit_kinds, resolve_emit, resolve_target
     from compiler.driver import compile_model
     from compiler.input_spec import parse_input_shapes
     from compiler.options import CompileOptions
     from compiler.verification import format_table
 
-    targets = tuple(t.strip() for t in args.target.split(",") if t.strip())
-    emit_text = args.emit if args.emit is not None else ("" if targets else "onnx")
-    emit = tuple(k.strip() for k in emit_text.split(",") if k.strip())
-    bad = [k for k in emit if k not in emit_kinds()]
-    if (not emit and not targets) or bad:
-        raise OptionError(
-            f"--emit {emit_text!r}: unknown kind(s) {bad} (choose from {', '.join(emit_kinds())})"
-        )
-    if targets:
-        from backends.tvm.target import resolve_target
-
-        for t in targets:
-            resolve_target(t)
+    targets = _list_flag("--target", args.target)
+    emit = _list_flag("--emit", args.emit) if args.emit is not None else (() if targets else ("onnx",))
+    if not emit and not targets:
+        raise OptionError(f"--emit: give at least one kind (choose from {', '.join(emit_kinds())})")
+    requests = resolve_emit(emit) + resolve_target(targets)
+    requested = {r.backend.name for r in requests}
+    backend_options = {}
+    for backend in all_backends():
+        opts = backend.options_from_args(args, backend.name in requested)
+        if opts is not None:
+            backend_options[backend.name] = opts
     if not args.model.is_file():
         from compiler.errors import ModelFileError
 
@@ -333,8 +298,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         dump_ir=args.dump_ir,
         timing=args.timing,
         quant=_quant_options(args),
-        mnn=_mnn_options(args, emit),
-        cann=_cann_options(args, emit),
+        backend_options=backend_options,
     )
     try:
         result = compile_model(options)
@@ -355,7 +319,6 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    import backends.registry  # noqa: F401  (registers the backends' runtimes, e.g. MNN's)
     from compiler.input_spec import load_inputs
     from compiler.output_dir import atomic_output_file
     from compiler.runners import run_artifact
@@ -365,13 +328,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         raise ModelFileError(f"{args.artifact}: artifact not found")
     if args.rpc:
-        from backends.tvm.rpc import RpcAddress, run_remote
+        from compiler.plugins import TVM_RPC, entry
 
-        outs = run_remote(args.artifact, load_inputs(args.inputs), RpcAddress.parse(args.rpc))
+        address = entry(f"{TVM_RPC}:RpcAddress").parse(args.rpc)
+        outs = entry(f"{TVM_RPC}:run_remote")(args.artifact, load_inputs(args.inputs), address)
     else:
         outs = run_artifact(args.artifact, load_inputs(args.inputs))
     with atomic_output_file(args.output) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **outs)  # type: ignore[arg-type]
+        np.savez(f, **outs)
     for k, v in outs.items():
         print(f"{k}: {v.dtype}{list(v.shape)}")
     return 0
@@ -419,6 +383,7 @@ _COMMANDS = {
     "run": _cmd_run,
     "passes": _cmd_passes,
     "opt": _cmd_opt,
+    "ops": _cmd_ops,
 }
 
 

@@ -5,7 +5,9 @@ Read top to bottom, each step is one call::
     graph = load_model(...)          # frontends, picked by suffix / magic bytes
     verify(graph)                    # structural and type checks
     optimize(graph, ctx)             # the named pass pipeline
-    artifacts = emit(...)            # backends, into a temporary directory
+    preflight(graph, requests)       # every requested backend can write the legalized graph
+    quantize(graph, options)         # --quantize: calibration and QDQ (fp16 conversion)
+    legalize + emit per request      # each backend's own pipeline on a clone, then its emit
     verification = check(...)        # every artifact against the reference runtime
     manifest.json, then rename       # nothing partial is ever left behind
 """
@@ -21,18 +23,28 @@ from typing import Any
 
 import numpy as np
 
-from backends.registry import Artifact, get_emitter
+from compiler.backend import Artifact, Request, resolve_emit, resolve_target
 from compiler.errors import VerificationFailed
 from compiler.input_spec import check_inputs, load_inputs, random_inputs
+from compiler.instruments import PassTiming
 from compiler.ir.graph import Graph
 from compiler.ir.verifier import verify
 from compiler.options import CompileOptions
 from compiler.output_dir import atomic_output_dir
+from compiler.plugins import detect_format, load_model
+from compiler.preflight import legalize, preflight
 from compiler.quant.quantize import QuantOutcome
 from compiler.runners import run_artifact, run_onnxruntime
 from compiler.verification import TOLERANCES, ArtifactCheck, compare_outputs
 
-__all__ = ["compile_model", "CompileResult", "reference_outputs", "describe_values", "sha256_file"]
+__all__ = [
+    "compile_model",
+    "requests_of",
+    "CompileResult",
+    "reference_outputs",
+    "describe_values",
+    "sha256_file",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +97,7 @@ def reference_outputs(
     if fmt == "onnx":
         return "onnxruntime", run_onnxruntime(model, feeds)
     if fmt == "megengine":
-        from backends.onnx.exporter import export_onnx, model_bytes
-        from frontends.registry import load_model
+        from compiler.onnx_export import export_onnx, model_bytes
 
         shapes = {name: tuple(np.shape(arr)) for name, arr in feeds.items()}
         imported = load_model(model, input_shapes=shapes)
@@ -96,24 +107,22 @@ def reference_outputs(
 
 def compile_model(options: CompileOptions) -> CompileResult:
     """Compile one model; raises KilnError subclasses on bad input or failed verification."""
-    from compiler.pipelines import optimize
-    from frontends.registry import detect_format, load_model
+    from compiler.pipelines import instruments_for, optimize
 
+    requests = requests_of(options)
     fmt = detect_format(options.model)
     graph = load_model(options.model, input_shapes=options.input_shapes)
     verify(graph)
     feeds = _feeds(graph, options)
     timing = optimize(graph, options)
-    outcome = _quantize(graph, options)
+    preflight(graph, requests, options, options.model.name)
+    outcome = _quantize(graph, options, timing)
 
     with atomic_output_dir(options.out_dir) as tmp:
         artifacts: list[Artifact] = []
-        for kind in options.emit:
-            artifacts.extend(get_emitter(kind)(graph, tmp, options))
-        for target in options.targets:
-            from backends.tvm.emit import emit_tvm
-
-            artifacts.extend(emit_tvm(graph, tmp, options, target))
+        for req in requests:
+            legal = legalize(graph, req, options, instruments_for(options, timing, f"legalize-{req.label}"))
+            artifacts.extend(req.backend.emit(legal, tmp, options, req.target))
         if outcome is not None:
             _write_quant_files(outcome, options, tmp)
         checks: list[ArtifactCheck] = []
@@ -170,20 +179,25 @@ def compile_model(options: CompileOptions) -> CompileResult:
     return result
 
 
-def _quantize(graph: Graph, options: CompileOptions) -> QuantOutcome | None:
-    """The --quantize step: fp16 conversion or int8 QDQ."""
+def requests_of(options: CompileOptions) -> list[Request]:
+    """The artifacts asked for: every ``--emit`` kind and every ``--target``, each through its backend."""
+    return resolve_emit(options.emit) + resolve_target(options.targets)
+
+
+def _quantize(graph: Graph, options: CompileOptions, timing: PassTiming) -> QuantOutcome | None:
+    """The --quantize step as passes (pipeline ``quantize-int8`` or ``quantize-fp16``): the outcome
+    of ``quantize-int8`` (plan, scores, report) for the reports and the manifest."""
+    from compiler.pass_infra import PassContext
+    from compiler.pass_manager import PassManager
+    from compiler.pipelines import instruments_for, pipeline
+
     q = options.quant
     if q is None:
         return None
-    if q.mode == "fp16":
-        from compiler.pass_manager import PassManager
-
-        PassManager(["convert-fp16", "eliminate-dead-nodes"]).run(graph)
-        return None
-    from compiler.quant.quantize import quantize_int8
-
-    outcome = quantize_int8(graph, q)
-    verify(graph)
+    name = f"quantize-{q.mode}"
+    ctx = PassContext(verify_each=True, options=options)
+    PassManager(pipeline(name), ctx, instruments_for(options, timing, name)).run(graph)
+    outcome: QuantOutcome | None = ctx.state.get("quantize-int8")
     return outcome
 
 

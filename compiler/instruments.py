@@ -91,7 +91,7 @@ def _interpreter(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.
 
 def onnxruntime_runner(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run a graph by exporting it to ONNX and executing it in onnxruntime."""
-    from backends.onnx.exporter import export_onnx
+    from compiler.onnx_export import export_onnx
     from compiler.runners import run_onnxruntime
 
     model = export_onnx(graph)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from backends.cann.options import CannOptions
-from backends.mnn.options import MnnOptions
 from compiler.quant.options import QuantOptions
 
-__all__ = ["CompileOptions", "EMIT_KINDS"]
-
-EMIT_KINDS = ("onnx",)
+__all__ = ["CompileOptions"]
 
 
 @dataclass(frozen=True)
@@ -33,8 +30,13 @@ class CompileOptions:
     timing: bool = False
     progress: bool = True  # progress bars on stderr (calibration, kernel building)
     quant: QuantOptions | None = None
-    mnn: MnnOptions | None = None
-    cann: CannOptions | None = None
+    # backend name -> that backend's own options dataclass (MnnOptions, CannOptions, ...), built by
+    # the backend from its own flags (compiler.backend.Backend.options_from_args)
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def backend(self, name: str) -> Any:
+        """The options of backend ``name`` (None when it has none or was not requested)."""
+        return self.backend_options.get(name)
 
     @property
     def precision(self) -> str:
@@ -43,15 +45,16 @@ class CompileOptions:
 
     def manifest_view(self) -> dict[str, Any]:
         """The options as recorded in the manifest: deterministic, without machine paths."""
-        d = asdict(self)
+        d = asdict(replace(self, backend_options={}))
+        d.pop("backend_options")
         d["model"] = self.model.name
         d["inputs"] = self.inputs.name if self.inputs else None
         d["input_shapes"] = {k: list(v) for k, v in sorted(self.input_shapes.items())}
         d["emit"] = list(self.emit)
         d["targets"] = list(self.targets)
         d["quant"] = self.quant.manifest_view() if self.quant is not None else None
-        d["mnn"] = self.mnn.manifest_view() if self.mnn is not None else None
-        d["cann"] = self.cann.manifest_view() if self.cann is not None else None
+        for name, opts in sorted(self.backend_options.items()):
+            d[name] = opts.manifest_view() if hasattr(opts, "manifest_view") else asdict(opts)
         for k in ("out_dir", "dump_ir", "timing", "progress"):
             d.pop(k)
         return d

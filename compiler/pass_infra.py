@@ -14,24 +14,35 @@ import importlib
 import pkgutil
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from compiler.errors import OptionError
 from compiler.ir.graph import Graph
 from compiler.pattern import NearMiss
 from compiler.rewriter import PassResult
 
+if TYPE_CHECKING:
+    from compiler.backend import CapabilityTable
+
 __all__ = ["Pass", "PassContext", "register_pass", "get_pass", "all_passes", "make_pass", "parse_pipeline"]
 
 
 @dataclass
 class PassContext:
-    """What every pass sees besides the graph: options, switches and diagnostics."""
+    """What every pass sees besides the graph: options, switches and diagnostics.
+
+    ``capabilities``, when set, is the backend op table that legalization passes
+    (``decompose``) use instead of looking one up from their ``backend`` option.
+    """
 
     verify_each: bool = True
     options: Any = None
+    capabilities: CapabilityTable[Any] | None = None
     near_misses: list[NearMiss] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    # what passes hand to later passes and to the driver, by producing pass name
+    # (e.g. "calibrate" -> its Calibration, "quantize-int8" -> its QuantOutcome)
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

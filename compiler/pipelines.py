@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.instruments import DumpIR, Instrument, PassTiming
@@ -9,8 +10,9 @@ from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
 from compiler.pass_infra import PassContext
 from compiler.pass_manager import FixedPoint, PassManager, PipelineItem
+from compiler.rewriter import PassResult
 
-__all__ = ["PIPELINES", "pipeline", "optimize"]
+__all__ = ["PIPELINES", "LEGALIZATION", "pipeline", "optimize", "tvm_legalization", "instruments_for"]
 
 _BATCHNORM = FixedPoint(
     ("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"
@@ -40,6 +42,45 @@ PIPELINES: dict[str, list[PipelineItem]] = {
         _CLEANUP,
     ],
 }
+
+
+# Backend legalization: run by the driver on a clone of the optimized graph, per requested artifact,
+# before the backend's emit (and by the preflight, before calibration). Each backend names its own.
+_LEGALIZE_CLEANUP = FixedPoint(
+    ("fold-constants", "eliminate-identities", "eliminate-dead-nodes"), max_steps=8, name="legalize-cleanup"
+)
+LEGALIZATION: dict[str, list[PipelineItem]] = {
+    "legalize-onnx": [],
+    "legalize-mnn": ["decompose{backend=mnn}", _LEGALIZE_CLEANUP],
+    "legalize-cann": ["decompose{backend=cann}", _LEGALIZE_CLEANUP],
+}
+PIPELINES.update(LEGALIZATION)
+
+# --quantize: calibration and QDQ insertion (int8), or the fp16 conversion, as passes
+QUANTIZATION: dict[str, list[PipelineItem]] = {
+    "quantize-int8": ["calibrate", "quantize-int8", "eliminate-dead-nodes"],
+    "quantize-fp16": ["convert-fp16", "eliminate-dead-nodes"],
+}
+PIPELINES.update(QUANTIZATION)
+
+
+def tvm_legalization(target: str, lanes: int | None) -> list[PipelineItem]:
+    """TVM's legalization for one target: integer convs, decompositions, blocked layouts (CPU).
+
+    A reloaded QDQ model (Conv -> Relu -> Q) fuses exactly as a compile does; QDQ regions become
+    kiln::QConv integer kernels and the DequantizeLinear of constant weights elsewhere folds to
+    float; on CPU targets choose-layout picks NCHW[b]c layouts for ``lanes``-wide SIMD.
+    """
+    items: list[PipelineItem] = [
+        "fuse-conv-bias-act",
+        "fuse-quantized-conv",
+        "fold-constants",
+        f"decompose{{backend=tvm,target={target}}}",
+        "eliminate-dead-nodes",
+    ]
+    if lanes is not None:
+        items += [f"choose-layout{{lanes={lanes}}}", "eliminate-dead-nodes"]
+    return items
 
 
 def pipeline(name: str) -> list[PipelineItem]:
@@ -77,6 +118,31 @@ def run_passes(
         instruments.append(DumpIR(dump_ir))
     PassManager(items, PassContext(verify_each=True, options=options), instruments).run(graph)
     return timing
+
+
+def instruments_for(options: CompileOptions, timing: PassTiming, stage: str) -> list[Instrument]:
+    """The instruments of a later stage (legalization, quantization): the compile's timing, plus
+    IR dumps in ``--dump-ir DIR/<stage>`` when asked for."""
+    out: list[Instrument] = [_Staged(timing, stage)]
+    if options.dump_ir is not None:
+        out.append(DumpIR(options.dump_ir / stage))
+    return out
+
+
+@dataclass
+class _Staged(Instrument):
+    """Forward pass timings into the compile's PassTiming under ``[stage] pass``."""
+
+    timing: PassTiming
+    stage: str
+    _own: PassTiming = field(default_factory=PassTiming)
+
+    def before_pass(self, name: str, graph: Graph) -> None:
+        self._own.before_pass(name, graph)
+
+    def after_pass(self, name: str, graph: Graph, result: PassResult) -> None:
+        self._own.after_pass(name, graph, result)
+        self.timing.timings.append((f"[{self.stage}] {name}", self._own.timings[-1][1]))
 
 
 def optimize(graph: Graph, options: CompileOptions) -> PassTiming:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from compiler.ir.graph import Graph
 
-__all__ = ["BACKENDS", "FRONTEND_REGISTRY", "entry", "load_model", "detect_format"]
+__all__ = ["BACKENDS", "FRONTEND_REGISTRY", "TVM_RUNTIME", "TVM_RPC", "entry", "load_model", "detect_format"]
 
 FRONTEND_REGISTRY = "frontends.registry"
 
@@ -31,6 +31,11 @@ BACKENDS: dict[str, str] = {
     "cann": "backends.cann.backend:BACKEND",
     "tvm": "backends.tvm.backend:BACKEND",
 }
+
+
+# TVM's runtime and RPC client, for ``kiln run/bench`` of ``.so`` libraries (also over --rpc)
+TVM_RUNTIME = "backends.tvm.runtime"
+TVM_RPC = "backends.tvm.rpc"
 
 
 def entry(spec: str) -> Any:

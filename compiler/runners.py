@@ -1,8 +1,9 @@
 """Runtimes that execute artifacts: the independent judges of Kiln's output.
 
 Each artifact kind maps to one runner ``(path, feeds) -> {output name: array}``.
-ONNX artifacts run in onnxruntime; later backends register their own runner
-(MNN's runtime, the TVM runtime) in the same table.
+ONNX artifacts run in onnxruntime; every backend that has a runtime of its own (MNN's runtime,
+the TVM runtime, the .om read-back) names it in its ``Backend.runtime``, registered here on first
+use and imported only when an artifact of that kind runs.
 """
 
 from __future__ import annotations
@@ -31,8 +32,36 @@ def register_runner(kind: str, suffix: str, runner: Runner) -> None:
     _SUFFIX_KIND[suffix] = kind
 
 
+_BACKENDS_REGISTERED = False
+
+
+def _register_backend_runtimes() -> None:
+    """Register each backend's runtime (``Backend.runtime``: suffix, ``"module:function"``) once."""
+    global _BACKENDS_REGISTERED
+    if _BACKENDS_REGISTERED:
+        return
+    _BACKENDS_REGISTERED = True
+    from compiler.backend import all_backends
+
+    for backend in all_backends():
+        if backend.runtime is not None and backend.name not in _RUNNERS:
+            suffix, spec = backend.runtime
+            register_runner(backend.name, suffix, _lazy(spec))
+
+
+def _lazy(spec: str) -> Runner:
+    def run(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from compiler.plugins import entry
+
+        out: dict[str, np.ndarray] = entry(spec)(path, feeds)
+        return out
+
+    return run
+
+
 def kind_of(path: Path) -> str:
     """The artifact kind of a file, from its suffix."""
+    _register_backend_runtimes()
     kind = _SUFFIX_KIND.get(Path(path).suffix.lower())
     if kind is None:
         known = ", ".join(sorted(_SUFFIX_KIND))
@@ -42,6 +71,7 @@ def kind_of(path: Path) -> str:
 
 def runner_for(kind: str) -> Runner:
     """The runner for an artifact kind."""
+    _register_backend_runtimes()
     try:
         return _RUNNERS[kind]
     except KeyError:

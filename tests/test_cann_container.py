@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.cann.codes import MODEL_DEF, WEIGHTS_DATA
-from backends.cann.om_container import HEAD_LEN, MAGIC, MODEL_VERSION, pack_om, read_om
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.api import load_model
 from compiler.errors import ModelFileError
+from compiler.onnx_export import export_onnx, model_bytes
 from compiler.runners import run_onnxruntime
 from frontends.registry import detect_format
+from schemas.cann.codes import MODEL_DEF, WEIGHTS_DATA
+from schemas.cann.om_container import HEAD_LEN, MAGIC, MODEL_VERSION, pack_om, read_om
 from tests.conftest import SHARED
 from tests.helpers.cann import compile_tiny, ge_consts, tiny_net
 

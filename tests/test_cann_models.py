@@ -23,9 +23,9 @@ import numpy as np
 import onnx
 import pytest
 
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.api import load_model
 from compiler.metrics import agreement
+from compiler.onnx_export import export_onnx, model_bytes
 from compiler.runners import run_onnxruntime
 from frontends.cann.loader import read_om_graph
 from tests.conftest import MODEL_STEMS, MODELS

@@ -17,21 +17,21 @@ import pytest
 
 from backends.cann.emit import om_bytes
 from backends.cann.ge_writer import write_ge
-from backends.cann.om_container import pack_om
-from backends.cann.om_graph import OmGraph, OmOp, TensorDesc
-from backends.cann.op_table import SIMPLE_OPS
 from backends.cann.options import CannOptions
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.api import load_model
 from compiler.cli import main as kiln
 from compiler.errors import ConversionError, UnsupportedOpsError
 from compiler.ir.types import DType
 from compiler.metrics import agreement
+from compiler.onnx_export import export_onnx, model_bytes
 from compiler.pass_manager import PassManager
 from compiler.pipelines import pipeline
 from compiler.runners import run_onnxruntime
 from frontends.cann.lift import lift_graph
 from frontends.cann.loader import read_om_graph
+from schemas.cann.om_container import pack_om
+from schemas.cann.om_graph import OmGraph, OmOp, TensorDesc
+from schemas.cann.op_table import SIMPLE_OPS
 from tests.helpers.cann import compile_tiny, tiny_net
 from tests.helpers.onnx_text import rand, text_model
 

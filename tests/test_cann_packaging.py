@@ -27,9 +27,9 @@ def test_wheel_has_the_cann_packages(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for f in (
         "backends/cann/__init__.py",
-        "backends/cann/generated/ge_ir_pb2.py",
-        "backends/cann/generated/om_pb2.py",
-        "backends/cann/generated/ge_ir_pb2.pyi",
+        "schemas/cann/generated/ge_ir_pb2.py",
+        "schemas/cann/generated/om_pb2.py",
+        "schemas/cann/generated/ge_ir_pb2.pyi",
         "frontends/cann/loader.py",
         "schemas/cann/generate.py",
         "schemas/cann/ge_ir.proto",
@@ -40,7 +40,7 @@ def test_wheel_has_the_cann_packages(tmp_path: Path) -> None:
     # Import from the wheel alone (outside the source tree): the generated code and the reader load.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import backends.cann.generated.ge_ir_pb2 as g, frontends.cann.loader as l, backends.cann.emit as e; "
+        "import schemas.cann.generated.ge_ir_pb2 as g, frontends.cann.loader as l, backends.cann.emit as e; "
         "assert g.__file__.startswith(sys.argv[1]) and l.__file__.startswith(sys.argv[1]), g.__file__"
     )
     subprocess.run([sys.executable, "-c", code, str(wheel)], check=True, cwd=tmp_path)

@@ -28,7 +28,7 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
     assert committed == _FILES
     for p in written:
         assert p.read_bytes() == (DEFAULT_OUT / p.name).read_bytes(), (
-            f"backends/cann/generated/{p.name} is stale: run python -m schemas.cann.generate"
+            f"schemas/cann/generated/{p.name} is stale: run python -m schemas.cann.generate"
         )
 
 
@@ -38,7 +38,7 @@ def test_protoc_is_the_pinned_one() -> None:
 
 def test_generated_packages_are_declared() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
-    for pkg in ("backends.cann", "backends.cann.generated", "frontends.cann", "schemas.cann"):
+    for pkg in ("backends.cann", "frontends.cann", "schemas.cann", "schemas.cann.generated"):
         assert f'"{pkg}"' in pyproject, pkg
     assert '"grpcio-tools==1.80.0"' in pyproject and '"netron==9.3.3"' in pyproject
 

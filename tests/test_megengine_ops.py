@@ -18,8 +18,8 @@ import pytest
 
 from compiler.errors import ConversionError, UnsupportedOpsError
 from compiler.ir import Graph
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.loader import load_mge
+from schemas.megengine.generated import params_generated as P
 from tests.helpers.mge_writer import MgeWriter
 from tests.helpers.numerics import assert_close
 from tests.helpers.pass_check import ort_graph

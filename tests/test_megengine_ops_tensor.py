@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.loader import load_mge
+from schemas.megengine.generated import params_generated as P
 from tests.conftest import SHARED
 from tests.helpers.mge_writer import MgeWriter
 from tests.helpers.numerics import assert_close

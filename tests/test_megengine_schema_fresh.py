@@ -20,7 +20,7 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
 
 
 def test_generator_lives_next_to_the_schemas() -> None:
-    assert DEFAULT_OUT == ROOT / "frontends" / "megengine" / "generated"
+    assert DEFAULT_OUT == ROOT / "schemas" / "megengine" / "generated"
     for name in SCHEMAS:
         assert (ROOT / "schemas" / "megengine" / name).is_file(), name
 

@@ -27,9 +27,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from backends.mnn.runtime import run_mnn
-from backends.onnx.exporter import export_onnx
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import run_graph
+from compiler.onnx_export import export_onnx
 from frontends.mnn.lifters_converter import raster_index
 from frontends.mnn.loader import load_mnn
 from tests.helpers.mnn_convert import json_to_mnn, mnn_op_types, onnx_to_mnn

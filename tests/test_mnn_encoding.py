@@ -14,18 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.mnn import idst
-from backends.mnn.external import side_file
 from backends.mnn.model import MnnNet, MnnOp, Table, TensorQuant
 from backends.mnn.options import MnnOptions
 from backends.mnn.runtime import run_mnn
-from backends.mnn.schema import fb
 from backends.mnn.serializer import serialize
-from backends.mnn.weights import WeightStorage, decoded_weights, dequantize_weights, quantize_weights
+from backends.mnn.weights import WeightStorage, decoded_weights, quantize_weights
 from backends.mnn.writer import write_mnn
 from compiler.ir.graph import Graph
 from compiler.ir.types import DType, TensorType
 from compiler.ops.conv import conv_nd
+from schemas.mnn import idst
+from schemas.mnn.external import side_file
+from schemas.mnn.quantized_weights import dequantize_weights
+from schemas.mnn.schema import fb
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 5, 8])

@@ -22,12 +22,13 @@ import pytest
 from backends.mnn.gptq_weights import gptq_plan, gptq_quantized
 from backends.mnn.options import MnnOptions
 from backends.mnn.precision import weight_layers
-from backends.mnn.weights import QuantizedWeights, dequantize_weights, quantize_weights
+from backends.mnn.weights import quantize_weights
 from backends.mnn.writer import write_mnn
 from compiler.api import PassManager, load_model
 from compiler.cli import main
 from compiler.ir.graph import Graph
 from frontends.mnn.loader import load_mnn
+from schemas.mnn.quantized_weights import QuantizedWeights, dequantize_weights
 from tests.conftest import MODELS
 
 STEM = "ppocr_mobile_v2_cls"

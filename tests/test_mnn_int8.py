@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from backends.mnn.runtime import run_mnn
-from backends.mnn.schema import fb
 from compiler.cli import main
 from compiler.metrics import agreement
 from compiler.runners import run_onnxruntime
+from schemas.mnn.schema import fb
 from tests.conftest import MODEL_STEMS, MODELS
 from tests.helpers.cnn_models import CNN_MODELS, INPUT_SHAPE, save_cnn_models
 

@@ -27,12 +27,12 @@ from backends.mnn.lower.graph import drop_dead_ops, fuse_binary_relu
 from backends.mnn.model import MnnNet, MnnOp, Table, TensorQuant
 from backends.mnn.options import MnnOptions
 from backends.mnn.runtime import run_mnn
-from backends.mnn.schema import fb
 from backends.mnn.writer import write_mnn
 from compiler.api import PassManager, load_model
 from compiler.metrics import agreement
 from compiler.pipelines import pipeline
 from compiler.runners import run_onnxruntime
+from schemas.mnn.schema import fb
 from tests.conftest import MODELS
 from tests.helpers.mnn_convert import mnn_op_types
 

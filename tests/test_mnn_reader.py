@@ -24,18 +24,18 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from backends.mnn.external import side_file
 from backends.mnn.options import MnnOptions
 from backends.mnn.weights import WeightStorage, decoded_weights
 from backends.mnn.writer import mnn_bytes, write_mnn
-from backends.onnx.exporter import export_onnx
 from compiler.api import PassManager, load_model
 from compiler.cli import main
 from compiler.errors import ModelFileError, UnsupportedOpsError
 from compiler.ir.graph import Graph
 from compiler.metrics import agreement
+from compiler.onnx_export import export_onnx
 from compiler.pipelines import pipeline
 from frontends.mnn.loader import load_mnn
+from schemas.mnn.external import side_file
 from tests.conftest import MODELS
 
 STEM = "ultraface_rfb320"

@@ -15,7 +15,7 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
     assert committed == ["MNN_generated.py", "__init__.py"]
     for p in written:
         assert p.read_bytes() == (DEFAULT_OUT / p.name).read_bytes(), (
-            f"backends/mnn/generated/{p.name} is stale: run python -m schemas.mnn.generate"
+            f"schemas/mnn/generated/{p.name} is stale: run python -m schemas.mnn.generate"
         )
 
 
@@ -26,4 +26,4 @@ def test_flatc_is_the_pinned_one() -> None:
 
 def test_generated_package_is_declared() -> None:
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
-    assert '"backends.mnn.generated"' in pyproject and '"schemas.mnn"' in pyproject
+    assert '"schemas.mnn.generated"' in pyproject and '"schemas.mnn"' in pyproject

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.mnn.schema import camel, fb
+from schemas.mnn.schema import camel, fb
 from tests.conftest import SHARED
 from tests.helpers.fbs_schema import Schema, parse_schema
 

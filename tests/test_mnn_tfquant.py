@@ -26,11 +26,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from backends.onnx.exporter import export_onnx
 from compiler.api import PassManager
 from compiler.errors import ModelFileError
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import run_graph
+from compiler.onnx_export import export_onnx
 from compiler.pipelines import pipeline
 from frontends.mnn.loader import load_mnn
 from tests.helpers.mnn_tfquant import QParam, TfqNet

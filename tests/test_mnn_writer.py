@@ -19,10 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.mnn.external import side_file
 from backends.mnn.options import MnnOptions
 from backends.mnn.runtime import run_mnn
-from backends.mnn.schema import fb
 from backends.mnn.writer import write_mnn
 from compiler.api import PassManager, load_model
 from compiler.cli import main
@@ -31,6 +29,8 @@ from compiler.metrics import agreement
 from compiler.pipelines import pipeline
 from compiler.runners import run_onnxruntime
 from compiler.verification import TOLERANCES
+from schemas.mnn.external import side_file
+from schemas.mnn.schema import fb
 from tests.conftest import MODEL_STEMS, MODELS
 
 SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}

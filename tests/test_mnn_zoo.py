@@ -9,11 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
-from backends.mnn.external import side_file
 from backends.mnn.options import MnnOptions
 from backends.mnn.precision import plan_weights
 from backends.mnn.runtime import run_mnn
-from backends.mnn.schema import fb
 from backends.mnn.weights import WeightStorage
 from backends.mnn.writer import write_mnn
 from compiler.api import PassManager, load_model
@@ -24,6 +22,8 @@ from compiler.metrics import agreement
 from compiler.pipelines import pipeline
 from compiler.runners import run_onnxruntime
 from compiler.verification import TOLERANCES
+from schemas.mnn.external import side_file
+from schemas.mnn.schema import fb
 from tests.helpers.mnn_zoo import ZOO, zoo_feeds
 from tests.helpers.models import ROUND_TRIP, opset9_upgrades, random_feeds
 

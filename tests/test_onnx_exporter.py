@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 import pytest
 
-from backends.onnx.exporter import export_onnx, model_bytes, save_onnx
 from compiler.errors import ConversionError
 from compiler.ir import DType, Graph, TensorType
+from compiler.onnx_export import export_onnx, model_bytes, save_onnx
 from compiler.ops import registry
 from frontends.onnx import load_onnx
 from tests.helpers import models

@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.errors import ConversionError, InputShapeError, ModelFileError, UnsupportedOpsError
 from compiler.ir import run_graph, verify
+from compiler.onnx_export import export_onnx, model_bytes
 from frontends.onnx import load_onnx
 from frontends.registry import detect_format, load_model
 from tests.helpers import models

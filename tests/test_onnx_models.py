@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 import pytest
 
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.ir import Graph, run_graph, verify
+from compiler.onnx_export import export_onnx, model_bytes
 from frontends.onnx import load_onnx
 from tests.conftest import MODEL_STEMS, MODELS
 from tests.helpers.conformance import ort_session

@@ -39,7 +39,11 @@ def test_wheel_contents(tmp_path: Path) -> None:
         "passes/fold_batchnorm.py",
         "passes/fuse_conv_bias_act.py",
         "compiler/cli.py",
-        "frontends/megengine/generated/schema_v2_generated.py",
+        "schemas/megengine/generated/schema_v2_generated.py",
+        "schemas/megengine/generated/schema_v2_generated.pyi",
+        "schemas/mnn/generated/MNN_generated.py",
+        "schemas/cann/generated/om_pb2.py",
+        "compiler/onnx_export.py",
         "schemas/megengine/schema_v2.fbs",
         "schemas/megengine/generate.py",
     ):

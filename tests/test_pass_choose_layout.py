@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import pytest
 
-from backends.onnx.exporter import export_onnx
 from compiler.api import load_model
 from compiler.errors import ConversionError
 from compiler.ir import DType, Graph, TensorType, Value, print_graph, run_graph, verify
+from compiler.onnx_export import export_onnx
 from compiler.ops import blocked_layout as bl
 from compiler.pass_infra import PassContext, all_passes
 from compiler.pipelines import pipeline

@@ -15,11 +15,11 @@ import onnx
 import onnxruntime
 import pytest
 
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.api import PassManager, load_model
 from compiler.ir import Graph, print_graph
 from compiler.ir.types import DType, TensorType
 from compiler.metrics import agreement
+from compiler.onnx_export import export_onnx, model_bytes
 from compiler.pass_infra import PassContext
 from compiler.pipelines import pipeline
 from frontends.onnx.loader import load_onnx

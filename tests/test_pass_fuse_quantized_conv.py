@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from backends.onnx.exporter import export_onnx
 from compiler.ir import DType, Graph, TensorType, print_graph, run_graph, verify
+from compiler.onnx_export import export_onnx
 from compiler.ops.blocked_layout import block_of
 from compiler.ops.qconv import QConvAttrs
 from compiler.ops.registry import ShapeError, get_op

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.api import load_model
 from compiler.calibration.dataset import load_calibration
+from compiler.onnx_export import export_onnx, model_bytes
 from compiler.ops.registry import get_op
 from compiler.options import CompileOptions
 from compiler.pipelines import optimize

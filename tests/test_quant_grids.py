@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.ir import DType, Graph, run_graph, verify
+from compiler.onnx_export import export_onnx, model_bytes
 from compiler.quant.params import QParams
 from compiler.quant.plan import make_plan
 from compiler.quant.qdq import activation_params, insert_qdq

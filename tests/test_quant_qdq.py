@@ -123,7 +123,7 @@ def test_keep_float_by_op_type_and_regex() -> None:
 
 def test_export_of_qdq_model_matches_kiln_interpreter() -> None:
     _, g = quantized()
-    from backends.onnx.exporter import export_onnx
+    from compiler.onnx_export import export_onnx
 
     m = export_onnx(g)
     ops = Counter(n.op_type for n in m.graph.node)

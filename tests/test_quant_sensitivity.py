@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 import pytest
 
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.api import load_model
 from compiler.cli import main
 from compiler.ir import Graph
+from compiler.onnx_export import export_onnx, model_bytes
 from compiler.options import CompileOptions
 from compiler.pass_manager import PassManager
 from compiler.pipelines import optimize, pipeline

@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from backends.cann.codes import DOMI_DTYPE, DOMI_FORMAT_CODES
-from backends.cann.domi_table import (
+from backends.cann.weights import WeightsBlob
+from compiler.errors import ConversionError
+from schemas.cann.codes import DOMI_DTYPE, DOMI_FORMAT_CODES
+from schemas.cann.domi_table import (
     ABSORBED,
     ACTIVATION_MODE,
     CONV_PARAM_ATTRS,
@@ -25,10 +27,8 @@ from backends.cann.domi_table import (
     INLINE_LIMIT,
     POOL_PARAM_ATTRS,
 )
-from backends.cann.generated import om_pb2 as domi
-from backends.cann.om_graph import Attr, OmGraph, OmOp, TensorDesc, split_ref
-from backends.cann.weights import WeightsBlob
-from compiler.errors import ConversionError
+from schemas.cann.generated import om_pb2 as domi
+from schemas.cann.om_graph import Attr, OmGraph, OmOp, TensorDesc, split_ref
 
 __all__ = ["write_domi", "set_domi_attr", "f32_bytes", "i8_byte"]
 

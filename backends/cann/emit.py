@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backends.cann.codes import MODEL_DEF, WEIGHTS_DATA
 from backends.cann.domi_writer import write_domi
 from backends.cann.ge_writer import write_ge
 from backends.cann.lower import lower_graph
-from backends.cann.om_container import pack_om
-from backends.cann.options import CannOptions
-from backends.registry import Artifact
+from backends.cann.options import CannOptions, cann_options
+from compiler.backend import Artifact
 from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
+from schemas.cann.codes import MODEL_DEF, WEIGHTS_DATA
+from schemas.cann.om_container import pack_om
 
 __all__ = ["emit_cann", "om_bytes", "MODEL_FILE"]
 
@@ -35,7 +35,7 @@ def om_bytes(graph: Graph, options: CannOptions | None = None) -> bytes:
 
 def emit_cann(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artifact]:
     """Write the optimized (fp32 or int8 QDQ) graph as ``model.om`` into the output directory."""
-    cann = options.cann or CannOptions()
+    cann = cann_options(options)
     from passes.choose_layout import record_layouts
 
     (out_dir / MODEL_FILE).write_bytes(om_bytes(graph, cann))

@@ -18,11 +18,11 @@ Serialised with ``deterministic=True`` (map entries sorted), so the bytes repeat
 
 from __future__ import annotations
 
-from backends.cann.codes import FORMAT_CODES, PROTO_DTYPE
-from backends.cann.generated import ge_ir_pb2 as ge
-from backends.cann.om_container import PLATFORM_VERSION
-from backends.cann.om_graph import Attr, OmGraph, TensorDesc
 from backends.cann.weights import WeightsBlob
+from schemas.cann.codes import FORMAT_CODES, PROTO_DTYPE
+from schemas.cann.generated import ge_ir_pb2 as ge
+from schemas.cann.om_container import PLATFORM_VERSION
+from schemas.cann.om_graph import Attr, OmGraph, TensorDesc
 
 __all__ = ["write_ge", "set_ge_attr"]
 

@@ -5,8 +5,11 @@ The walk is one pass over the graph in Kiln's deterministic topological order:
 * graph inputs become ``Data`` ops (attr ``index``), graph outputs one ``NetOutput``;
 * constants become ``Const`` ops when first used (so constants that an int8 pattern
   absorbs, such as QDQ scales, are never written);
-* ops in ``SIMPLE_OPS`` map one to one; ops registered with :func:`lowering`
-  (``lower_nn.py``, ``lower_quant.py``) need code;
+* every other op goes through one :class:`CapabilityTable` (:func:`capabilities`): ops in
+  ``SIMPLE_OPS`` map one to one through a generic lowering built from their entry; ops
+  registered with :func:`lowering` (``lower_nn.py``, ``lower_quant.py``) need code. Each
+  entry's ``check`` refuses, before anything is written, what can be known from the graph
+  (several outputs, a dtype without a CANN code, an attribute the GE mapping lacks);
 * the op that produces a Kiln value is named after that value, so the names survive the
   round trip; helper ops of an expansion get derived names (``<value>/Conv2D``).
 
@@ -16,38 +19,109 @@ Every Kiln value must have a static shape. Anything the backend cannot express i
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from backends.cann.codes import PROTO_DTYPE, format_for
-from backends.cann.om_graph import Attr, NameAllocator, OmGraph, OmOp, TensorDesc, ref
-from backends.cann.op_table import SIMPLE_BY_KILN, SimpleOp
+from compiler.backend import CapabilityTable, Check, OpSupport, all_of
 from compiler.errors import ConversionError
 from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node, Value
 from compiler.ir.types import DType, TensorType
 from compiler.ops.registry import get_op
+from schemas.cann.codes import PROTO_DTYPE, format_for
+from schemas.cann.om_graph import Attr, NameAllocator, OmGraph, OmOp, TensorDesc, ref
+from schemas.cann.op_table import SIMPLE_BY_KILN, SIMPLE_OPS, SimpleOp
 
-__all__ = ["Lowerer", "lower_graph", "lowering", "Step"]
+__all__ = [
+    "Lowerer",
+    "LowerFn",
+    "lower_graph",
+    "lowering",
+    "Step",
+    "capabilities",
+    "simple_reason",
+]
 
 log = logging.getLogger(__name__)
 
 LowerFn = Callable[["Lowerer", Node], None]
-_LOWERINGS: dict[tuple[str, str], LowerFn] = {}
+_LOWERINGS: dict[str, OpSupport[LowerFn]] = {}  # ops whose lowering needs code
 
 
-def lowering(*ops: str) -> Callable[[LowerFn], LowerFn]:
-    """Register a lowering for Kiln ops (``"Conv"``, ``"kiln::FusedConv"``)."""
+def lowering(*ops: str, check: Check | None = None) -> Callable[[LowerFn], LowerFn]:
+    """Register a lowering, and the check that refuses what it cannot write, for Kiln ops
+    (``"Conv"``, ``"kiln::FusedConv"``)."""
 
     def deco(fn: LowerFn) -> LowerFn:
         for q in ops:
-            dom, _, op = q.rpartition("::")
-            _LOWERINGS[(dom, op)] = fn
+            _LOWERINGS[q] = OpSupport(fn, check)
         return fn
 
     return deco
+
+
+def _single_output(graph: Graph, node: Node) -> str | None:
+    if node.num_outputs != 1:
+        return f"{node.num_outputs} outputs (the CANN backend maps single-output ops)"
+    return None
+
+
+def _output_dtypes(graph: Graph, node: Node) -> str | None:
+    for t in node.output_types:
+        if t.dtype not in PROTO_DTYPE:
+            return f"dtype {t.dtype.name} has no CANN code"
+    return None
+
+
+def simple_reason(spec: SimpleOp, node: Node) -> str | None:
+    """Why ``node`` cannot be written as the one-to-one op ``spec`` (an attribute the GE op lacks)."""
+    mapped = {r.kiln for r in spec.attrs}
+    for name, value in get_op(node.op, node.domain).non_default_attrs(node.attrs).items():
+        if name not in mapped:
+            return f"attribute {name}={value!r} has no CANN equivalent"
+    try:
+        for r in spec.attrs:
+            r.write(getattr(node.attrs, r.kiln))
+    except (KeyError, ValueError, TypeError) as exc:
+        return f"an attribute has no CANN encoding ({exc})"
+    return None
+
+
+def _simple_check(spec: SimpleOp) -> Check:
+    return lambda graph, node: simple_reason(spec, node)
+
+
+def _simple_lower(spec: SimpleOp) -> LowerFn:
+    def lower(low: Lowerer, node: Node) -> None:
+        low.simple(node, spec)
+
+    return lower
+
+
+@functools.cache
+def capabilities() -> CapabilityTable[LowerFn]:
+    """The CANN op table: every ``SIMPLE_OPS`` entry and every :func:`lowering`, one shape.
+
+    An op with both (Concat, Transpose, Clip) takes the coded lowering and keeps the
+    one-to-one entry's attribute check.
+    """
+    import backends.cann.lower_nn  # noqa: F401  (registers the lowerings that need code)
+    import backends.cann.lower_quant  # noqa: F401
+
+    entries: dict[str, OpSupport[LowerFn]] = {}
+    for spec in SIMPLE_OPS:
+        entries[spec.kiln] = OpSupport(_simple_lower(spec), _simple_check(spec))
+    for op, coded in _LOWERINGS.items():
+        simple = SIMPLE_BY_KILN.get(op)
+        attrs = _simple_check(simple) if simple is not None else None
+        entries[op] = OpSupport(coded.lower, all_of(attrs, coded.check))
+    common = (_single_output, _output_dtypes)
+    return CapabilityTable(
+        "cann", {op: OpSupport(e.lower, all_of(*common, e.check)) for op, e in entries.items()}
+    )
 
 
 @dataclass
@@ -66,8 +140,9 @@ class Step:
 class Lowerer:
     """State of one lowering: the OmGraph being built and the reference of every Kiln value."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, table: CapabilityTable[LowerFn] | None = None) -> None:
         self.g = graph
+        self.table = table if table is not None else capabilities()
         self.om = OmGraph(graph.name)
         names = [nm for n in graph.nodes() for nm in n.output_names]
         self.names = NameAllocator(names)
@@ -160,33 +235,20 @@ class Lowerer:
         for node in self.g.nodes():
             if node.op in (INPUT_OP, CONSTANT_OP) and not node.domain:
                 continue
-            if node.num_outputs != 1:
-                raise self.fail(node, f"{node.num_outputs} outputs (the CANN backend maps single-output ops)")
-            fn = _LOWERINGS.get((node.domain, node.op))
-            if fn is not None:
-                fn(self, node)
-                continue
-            simple = SIMPLE_BY_KILN.get(node.qualified_op)
-            if simple is None:
-                raise self.fail(node, f"op {node.qualified_op} has no CANN mapping")
-            self.simple(node, simple)
+            why = self.table.reason(self.g, node)
+            if why is not None:
+                if node.qualified_op not in self.table:
+                    why = f"op {node.qualified_op} has no CANN mapping"
+                raise self.fail(node, why)
+            self.table.lower_for(node.qualified_op)(self, node)
         outs = [self.ref_of(v) for v in self.g.outputs]
         self.emit(self.names.fresh("NetOutput"), "NetOutput", outs, [])
         self.om.output_names = self.g.output_names
         return self.om
 
     def simple(self, node: Node, spec: SimpleOp, extra: dict[str, Attr] | None = None) -> str:
-        """Lower a one-to-one op through its table entry."""
-        opdef = get_op(node.op, node.domain)
-        mapped = {r.kiln for r in spec.attrs}
-        for name in opdef.non_default_attrs(node.attrs):
-            if name not in mapped:
-                value = getattr(node.attrs, name)
-                raise self.fail(node, f"attribute {name}={value!r} has no CANN equivalent")
-        try:
-            attrs = {r.ge: r.write(getattr(node.attrs, r.kiln)) for r in spec.attrs}
-        except (KeyError, ValueError, TypeError) as exc:
-            raise self.fail(node, f"an attribute has no CANN encoding ({exc})") from None
+        """Lower a one-to-one op through its ``SIMPLE_OPS`` entry (checked by :func:`simple_reason`)."""
+        attrs = {r.ge: r.write(getattr(node.attrs, r.kiln)) for r in spec.attrs}
         attrs.update(dict(spec.fixed))
         attrs.update(extra or {})
         inputs = [self.ref_of(v) for v in self.g.inputs_of(node)]
@@ -195,7 +257,4 @@ class Lowerer:
 
 def lower_graph(graph: Graph) -> OmGraph:
     """Lower ``graph`` (after Kiln's pipeline, fp32 or int8 QDQ) to an OmGraph."""
-    import backends.cann.lower_nn  # noqa: F401  (registers the lowerings that need code)
-    import backends.cann.lower_quant  # noqa: F401
-
     return Lowerer(graph).run()

@@ -20,15 +20,15 @@ import numpy as np
 
 from backends.cann.lower import Lowerer, Step, lowering
 from backends.cann.lower_quant import lower_weighted_int8, match_weighted
-from backends.cann.nn_attrs import activation_steps, conv2d_attrs, fc_attrs
-from backends.cann.om_graph import Attr
-from backends.cann.op_table import SIMPLE_BY_KILN
-from compiler.ir.graph import Node
+from backends.cann.nn_attrs import activation_steps, conv2d_attrs, conv2d_reason, fc_attrs
+from compiler.ir.graph import Graph, Node
+from schemas.cann.om_graph import Attr
+from schemas.cann.op_table import SIMPLE_BY_KILN
 
 __all__: list[str] = []
 
 
-@lowering("Conv", "kiln::FusedConv")
+@lowering("Conv", "kiln::FusedConv", check=conv2d_reason)
 def _conv(low: Lowerer, node: Node) -> None:
     ins = low.g.inputs_of(node)
     q = match_weighted(low, node)
@@ -37,7 +37,7 @@ def _conv(low: Lowerer, node: Node) -> None:
         return
     w = ins[1]
     assert w is not None
-    attrs = conv2d_attrs(low, node, node.attrs, w.type.static_shape)
+    attrs = conv2d_attrs(node.attrs, w.type.static_shape)
     steps = [Step("Conv2D", [low.ref_of(w), low.ref_of(ins[2] if len(ins) > 2 else None)], attrs)]
     if len(ins) > 3 and ins[3] is not None:
         steps.append(Step("Add", [low.ref_of(ins[3])], {}))
@@ -47,28 +47,36 @@ def _conv(low: Lowerer, node: Node) -> None:
     low.chain(node, [low.ref_of(ins[0])], steps)
 
 
-@lowering("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+def _pool_reason(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    if x.type.rank != 4:
+        return f"only 2-D pooling maps to Pooling (input rank {x.type.rank})"
+    if node.op.startswith("Global"):
+        return None
+    a = node.attrs
+    if a.auto_pad not in ("NOTSET", ""):
+        return f"auto_pad={a.auto_pad} (run the default pipeline to make pads explicit)"
+    if any(d != 1 for d in a.dilations):
+        return f"dilations {list(a.dilations)} (Pooling has none)"
+    if node.op == "MaxPool" and a.storage_order != 0:
+        return "storage_order=1 has no CANN equivalent"
+    if node.op == "AveragePool" and any(a.pads) and not a.count_include_pad:
+        return "padded average pooling that excludes the padding has no Pooling form"
+    return None
+
+
+@lowering("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", check=_pool_reason)
 def _pool(low: Lowerer, node: Node) -> None:
     x = low.g.inputs_of(node)[0]
     assert x is not None
-    rank = x.type.rank
-    if rank != 4:
-        raise low.fail(node, f"only 2-D pooling maps to Pooling (input rank {rank})")
     mode = 0 if node.op in ("MaxPool", "GlobalMaxPool") else 1
     if node.op.startswith("Global"):
         hw = x.type.static_shape[2:]
         attrs = _pool_attrs(mode, True, hw, (1, 1), (0, 0, 0, 0), 1)
     else:
         a = node.attrs
-        if a.auto_pad not in ("NOTSET", ""):
-            raise low.fail(node, f"auto_pad={a.auto_pad} (run the default pipeline to make pads explicit)")
-        if any(d != 1 for d in a.dilations):
-            raise low.fail(node, f"dilations {list(a.dilations)} (Pooling has none)")
-        if node.op == "MaxPool" and a.storage_order != 0:
-            raise low.fail(node, "storage_order=1 has no CANN equivalent")
         pads = tuple(a.pads) or (0, 0, 0, 0)
-        if node.op == "AveragePool" and any(pads) and not a.count_include_pad:
-            raise low.fail(node, "padded average pooling that excludes the padding has no Pooling form")
         strides = tuple(a.strides) or (1, 1)
         ceil = 0 if a.ceil_mode else 1
         attrs = _pool_attrs(mode, False, a.kernel_shape, strides, (pads[0], pads[2], pads[1], pads[3]), ceil)
@@ -90,17 +98,23 @@ def _pool_attrs(
     }
 
 
-@lowering("Gemm")
+def _gemm_reason(graph: Graph, node: Node) -> str | None:
+    a = node.attrs
+    ins = graph.inputs_of(node)
+    x, b = ins[0], ins[2] if len(ins) > 2 else None
+    assert x is not None
+    if a.transA or a.alpha != 1.0 or (b is not None and a.beta != 1.0) or x.type.rank != 2:
+        return "only Gemm with alpha=1, beta=1, transA=0 and a 2-D input maps to FullyConnection"
+    return None
+
+
+@lowering("Gemm", check=_gemm_reason)
 def _gemm(low: Lowerer, node: Node) -> None:
     a = node.attrs
     ins = low.g.inputs_of(node)
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     assert x is not None and w is not None
-    if a.transA or a.alpha != 1.0 or (b is not None and a.beta != 1.0) or x.type.rank != 2:
-        raise low.fail(
-            node, "only Gemm with alpha=1, beta=1, transA=0 and a 2-D input maps to FullyConnection"
-        )
     q = match_weighted(low, node)
     if q is not None:
         lower_weighted_int8(low, node, q)
@@ -110,11 +124,15 @@ def _gemm(low: Lowerer, node: Node) -> None:
     low.chain(node, [low.ref_of(x)], [Step("FullyConnection", [low.ref_of(w), low.ref_of(b)], attrs)])
 
 
-@lowering("BatchNormalization")
+def _batchnorm_reason(graph: Graph, node: Node) -> str | None:
+    if node.attrs.training_mode:
+        return "training-mode batch normalization has no CANN inference op"
+    return None
+
+
+@lowering("BatchNormalization", check=_batchnorm_reason)
 def _batchnorm(low: Lowerer, node: Node) -> None:
     a = node.attrs
-    if a.training_mode:
-        raise low.fail(node, "training-mode batch normalization has no CANN inference op")
     x, scale, bias, mean, var = low.g.inputs_of(node)
     assert x is not None
     dt = x.type.dtype.numpy

@@ -28,10 +28,10 @@ import numpy as np
 
 from backends.cann.lower import Lowerer, Step, lowering
 from backends.cann.nn_attrs import activation_steps, conv2d_attrs, fc_attrs
-from backends.cann.om_graph import Attr
-from compiler.ir.graph import Node, Value
+from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.types import DType
 from compiler.ops.registry import get_op
+from schemas.cann.om_graph import Attr
 
 __all__ = ["Grid", "WeightedMatch", "match_weighted", "lower_weighted_int8", "deq_scale_bits"]
 
@@ -69,9 +69,9 @@ def _is(node: Node, op: str) -> bool:
     return node.op == op and not node.domain
 
 
-def _qparams(low: Lowerer, node: Node) -> tuple[np.ndarray, np.ndarray | None] | None:
+def _qparams(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray | None] | None:
     """Constant (scale, zero point) inputs of a Q/DQ node, or None when not constant."""
-    ins = low.g.inputs_of(node)
+    ins = graph.inputs_of(node)
     s = ins[1].const if ins[1] is not None else None
     z = ins[2].const if len(ins) > 2 and ins[2] is not None else None
     if s is None or (len(ins) > 2 and ins[2] is not None and z is None):
@@ -79,18 +79,18 @@ def _qparams(low: Lowerer, node: Node) -> tuple[np.ndarray, np.ndarray | None] |
     return np.asarray(s, np.float32), None if z is None else np.asarray(z)
 
 
-def grid_of(low: Lowerer, node: Node) -> Grid | None:
+def grid_of(graph: Graph, node: Node) -> Grid | None:
     """The per-tensor 8-bit grid of a QuantizeLinear/DequantizeLinear node (None if it has none)."""
-    p = _qparams(low, node)
+    p = _qparams(graph, node)
     if p is None or node.attrs.block_size != 0:
         return None
     s, z = p
     if s.size != 1 or (z is not None and z.size != 1):
         return None
     if _is(node, "QuantizeLinear"):
-        dt = low.g.value(node).type.dtype
+        dt = graph.value(node).type.dtype
     else:
-        q = low.g.inputs_of(node)[0]
+        q = graph.inputs_of(node)[0]
         assert q is not None
         dt = q.type.dtype
     if dt not in _ACT_DTYPES:
@@ -103,18 +103,25 @@ def deq_scale_bits(deq: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(deq, dtype=np.float32).reshape(-1).view(np.uint32).astype(np.uint64)
 
 
-@lowering("QuantizeLinear")
-def _quantize(low: Lowerer, node: Node) -> None:
-    grid = grid_of(low, node)
-    x = low.g.inputs_of(node)[0]
+def _quantize_reason(graph: Graph, node: Node) -> str | None:
+    grid = grid_of(graph, node)
+    x = graph.inputs_of(node)[0]
     assert x is not None
     if grid is None or x.type.dtype is not DType.FLOAT32 or node.attrs.saturate != 1:
-        raise low.fail(node, "only per-tensor float32 -> uint8/int8 QuantizeLinear maps to AscendQuant")
-    out = low.g.value(node)
+        return "only per-tensor float32 -> uint8/int8 QuantizeLinear maps to AscendQuant"
+    out = graph.value(node)
     if grid.dtype is DType.UINT8:
-        strangers = [u.describe() for u, _ in out.users if not _is(u, "DequantizeLinear")]
-        if strangers or low.g.is_output(out):
-            raise low.fail(node, "its uint8 output is read by a non-DequantizeLinear op or is a graph output")
+        strangers = [u for u, _ in out.users if not _is(u, "DequantizeLinear")]
+        if strangers or graph.is_output(out):
+            return "its uint8 output is read by a non-DequantizeLinear op or is a graph output"
+    return None
+
+
+@lowering("QuantizeLinear", check=_quantize_reason)
+def _quantize(low: Lowerer, node: Node) -> None:
+    grid = grid_of(low.g, node)
+    x = low.g.inputs_of(node)[0]
+    assert x is not None and grid is not None
     attrs = {
         "scale": Attr.f(float(np.float32(1.0) / np.float32(grid.scale))),
         "offset": Attr.f(grid.offset),
@@ -141,9 +148,9 @@ def _emit_dequantize(low: Lowerer, node: Node) -> str:
         consts = [v.const if v is not None else None for v in ins]
         folded = get_op("DequantizeLinear").reference(consts, node.attrs, 1)[0]
         return low.emit(out.name, "Const", [], [low.desc(out.type, node)], value=np.asarray(folded))
-    grid = grid_of(low, node)
+    grid = grid_of(low.g, node)
     src = q.producer
-    if grid is None or not _is(src, "QuantizeLinear") or grid_of(low, src) != grid:
+    if grid is None or not _is(src, "QuantizeLinear") or grid_of(low.g, src) != grid:
         raise low.fail(node, "an activation DequantizeLinear must read a QuantizeLinear of the same grid")
     attrs = {
         "scale": Attr.f(grid.scale),
@@ -161,7 +168,7 @@ def _const_dq(low: Lowerer, v: Value | None, dtype: DType) -> tuple[Value, np.nd
         return None
     dq = v.producer
     q = low.g.inputs_of(dq)[0]
-    p = _qparams(low, dq)
+    p = _qparams(low.g, dq)
     if q is None or q.const is None or q.type.dtype is not dtype or p is None or dq.attrs.block_size:
         return None
     s, z = p
@@ -182,10 +189,10 @@ def match_weighted(low: Lowerer, node: Node) -> WeightedMatch | None:
         return None
     dq_x = x.producer
     x_q = low.g.inputs_of(dq_x)[0]
-    grid = grid_of(low, dq_x)
+    grid = grid_of(low.g, dq_x)
     if x_q is None or grid is None or not _is(x_q.producer, "QuantizeLinear"):
         return None
-    if grid_of(low, x_q.producer) != grid:
+    if grid_of(low.g, x_q.producer) != grid:
         return None
     w = _const_dq(low, ins[1], DType.INT8)
     if w is None:
@@ -220,7 +227,7 @@ def lower_weighted_int8(low: Lowerer, node: Node, m: WeightedMatch) -> None:
         attrs = fc_attrs(w_shape[0 if node.attrs.transB else 1], node.attrs.transB, m.grid.offset)
     else:
         kind = "Conv2D"
-        attrs = conv2d_attrs(low, node, node.attrs, w_shape)
+        attrs = conv2d_attrs(node.attrs, w_shape)
         attrs["offset_x"] = Attr.i(m.grid.offset)
     attrs["_kiln_weight_scale"] = Attr.lf(np.atleast_1d(m.w_scale))
     residual = ins[3] if node.domain and len(ins) > 3 else None

@@ -1,5 +1,6 @@
 """GE attribute builders shared by the float and the int8 lowerings.
 
+* :func:`conv2d_reason`: why a Conv / kiln::FusedConv has no Conv2D form (its table check).
 * :func:`conv2d_attrs`: Conv2D of a 2-D NCHW convolution. ONNX pads [t, l, b, r] become
   GE's [top, bottom, left, right]; strides and dilations get 4 elements (N, C, H, W).
 * :func:`fc_attrs`: FullyConnection. GE's ``transpose`` is true when the weight is
@@ -12,22 +13,33 @@ from __future__ import annotations
 import numpy as np
 
 from backends.cann.lower import Lowerer, Step
-from backends.cann.om_graph import Attr
-from backends.cann.op_table import ACTIVATIONS
-from compiler.ir.graph import Node
+from compiler.ir.graph import Graph, Node
 from compiler.ops.conv import ConvAttrs
+from schemas.cann.om_graph import Attr
+from schemas.cann.op_table import ACTIVATIONS
 
-__all__ = ["conv2d_attrs", "activation_steps", "fc_attrs"]
+__all__ = ["conv2d_reason", "conv2d_attrs", "activation_steps", "fc_attrs"]
 
 
-def conv2d_attrs(low: Lowerer, node: Node, a: ConvAttrs, w_shape: tuple[int, ...]) -> dict[str, Attr]:
-    """GE Conv2D attributes for a 2-D NCHW convolution."""
+def conv2d_reason(graph: Graph, node: Node) -> str | None:
+    """Why a Conv / kiln::FusedConv (float or int8 QDQ) cannot become Conv2D, or None."""
+    w = graph.inputs_of(node)[1]
+    assert w is not None
+    w_shape = w.type.static_shape
+    a = node.attrs
     if len(w_shape) != 4:
-        raise low.fail(node, f"only 2-D convolutions map to Conv2D (weight shape {list(w_shape)})")
+        return f"only 2-D convolutions map to Conv2D (weight shape {list(w_shape)})"
     if a.auto_pad not in ("NOTSET", ""):
-        raise low.fail(node, f"auto_pad={a.auto_pad} (run the default pipeline to make pads explicit)")
+        return f"auto_pad={a.auto_pad} (run the default pipeline to make pads explicit)"
     if a.kernel_shape and tuple(a.kernel_shape) != tuple(w_shape[2:]):
-        raise low.fail(node, f"kernel_shape {list(a.kernel_shape)} != weight shape {list(w_shape[2:])}")
+        return f"kernel_shape {list(a.kernel_shape)} != weight shape {list(w_shape[2:])}"
+    if node.domain and a.activation != "none" and a.activation not in ACTIVATIONS:
+        return f"fused activation {a.activation!r} has no CANN op"
+    return None
+
+
+def conv2d_attrs(a: ConvAttrs, w_shape: tuple[int, ...]) -> dict[str, Attr]:
+    """GE Conv2D attributes for a 2-D NCHW convolution (checked by :func:`conv2d_reason`)."""
     pads = tuple(a.pads) or (0, 0, 0, 0)
     strides = tuple(a.strides) or (1, 1)
     dilations = tuple(a.dilations) or (1, 1)
@@ -45,9 +57,7 @@ def activation_steps(low: Lowerer, node: Node, name: str, alpha: float, beta: fl
     """The GE op after a conv for a fused activation (none for ``"none"``)."""
     if name == "none":
         return []
-    act = ACTIVATIONS.get(name)
-    if act is None:
-        raise low.fail(node, f"fused activation {name!r} has no CANN op")
+    act = ACTIVATIONS[name]
     inputs: list[str] = []
     if act.bounds:
         dt = low.g.value(node).type.dtype.numpy

@@ -1,4 +1,4 @@
-"""CANN writer options (``kiln compile --emit cann --cann-schema ...``), in ``CompileOptions.cann``."""
+"""CANN writer options (``kiln compile --emit cann --cann-schema ...``), in ``backend_options["cann"]``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from compiler.errors import OptionError
 
-__all__ = ["CannOptions", "SCHEMAS"]
+__all__ = ["CannOptions", "SCHEMAS", "cann_options"]
 
 SCHEMAS = ("ge", "domi")
 
@@ -30,3 +30,9 @@ class CannOptions:
     def manifest_view(self) -> dict[str, Any]:
         """The options as recorded in the manifest."""
         return asdict(self)
+
+
+def cann_options(options: Any) -> CannOptions:
+    """The CANN options a compile carries: ``backend_options["cann"]``, else the older ``cann`` field."""
+    found = (getattr(options, "backend_options", None) or {}).get("cann") or getattr(options, "cann", None)
+    return found if found is not None else CannOptions()

@@ -13,15 +13,23 @@ import numpy as np
 
 from backends.mnn.options import MnnOptions
 from backends.mnn.writer import write_mnn
-from backends.registry import Artifact
+from compiler.backend import Artifact
 from compiler.errors import OptionError
 from compiler.input_spec import check_inputs, load_inputs, random_inputs
 from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
 
-__all__ = ["emit_mnn", "MODEL_FILE"]
+__all__ = ["emit_mnn", "mnn_options_of", "MODEL_FILE"]
 
 MODEL_FILE = "model.mnn"
+
+
+def mnn_options_of(options: CompileOptions) -> MnnOptions:
+    """The MnnOptions a compile carries (``backend_options["mnn"]``), else the defaults."""
+    mnn = (getattr(options, "backend_options", None) or {}).get("mnn")
+    if mnn is None:  # CompileOptions before backend_options: a field of its own
+        mnn = getattr(options, "mnn", None)
+    return mnn if mnn is not None else MnnOptions()
 
 
 def _plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[str, np.ndarray] | None:
@@ -36,7 +44,7 @@ def _plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[
 
 def emit_mnn(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artifact]:
     """Write the optimized graph as an MNN model into the (temporary) output directory."""
-    mnn = options.mnn if options.mnn is not None else MnnOptions()
+    mnn = mnn_options_of(options)
     if options.quant is not None and options.quant.mode == "fp16":
         raise OptionError(
             "--emit mnn: use --mnn-weights fp16 instead of --quantize fp16 (MNN computes in fp32)"

@@ -34,11 +34,12 @@ import numpy as np
 from backends.mnn.lower.registry import WeightView
 from backends.mnn.options import MnnOptions
 from backends.mnn.precision import WeightPlan, plan_weights, weight_layers
-from backends.mnn.weights import QuantizedWeights, WeightStorage, quantize_weights
+from backends.mnn.weights import WeightStorage, quantize_weights
 from compiler.errors import KilnError
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ops.shapes import resolve_pads, window_params
 from compiler.quant.gptq import DAMP, conv_patches, gptq_columns
+from schemas.mnn.quantized_weights import QuantizedWeights
 
 __all__ = [
     "grid_gptq_levels",
@@ -163,7 +164,7 @@ def _session(graph: Graph, names: Sequence[str]) -> tuple[object, list[str]]:
     """A single-threaded onnxruntime session over ``graph`` that returns the computed ``names``."""
     import onnxruntime as ort
 
-    from backends.onnx.exporter import export_onnx, model_bytes
+    from compiler.onnx_export import export_onnx, model_bytes
 
     by_name = {v.name: v for n in graph.nodes() for v in graph.outputs_of(n)}
     probe = graph.clone()
@@ -245,7 +246,7 @@ def gptq_plan(
     if options.calib is None:
         raise ValueError("gptq_plan needs MnnOptions.calib")
     graph = fold_weight_dequant(graph)
-    check_supported(graph, options, source)
+    check_supported(graph, source)
     samples = load_calibration(
         options.calib, graph.input_types(), count=options.calib_count, preprocess=options.preprocess
     )

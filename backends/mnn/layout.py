@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 
-from backends.mnn.schema import fb
+from schemas.mnn.schema import fb
 
 __all__ = ["Format", "PACKED", "FOLLOW", "SHARED"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.mnn.schema import fb, op_type, param_tag
+from schemas.mnn.schema import fb, op_type, param_tag
 
 __all__ = ["Table", "FieldValue", "MnnOp", "MnnNet", "TensorQuant"]
 

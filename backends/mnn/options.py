@@ -1,4 +1,4 @@
-"""MNN writer options (``kiln compile --emit mnn --mnn-...``), carried in ``CompileOptions.mnn``."""
+"""MNN writer options (``--emit mnn --mnn-...``), carried in ``CompileOptions.backend_options["mnn"]``."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backends.mnn.lower.registry import WeightView
-from backends.mnn.lower.table import LOWERINGS
+from backends.mnn.lower.table import WEIGHT_VIEWS
 from backends.mnn.options import MnnOptions
 from backends.mnn.weights import WeightStorage, decoded_weights
 from compiler.errors import KilnError
@@ -62,10 +62,10 @@ def weight_layers(graph: Graph) -> list[tuple[Node, WeightView]]:
     """Nodes whose weights MNN stores compressed, with their weight views (graph order)."""
     out = []
     for node in graph.ops():
-        lowering = LOWERINGS.get(node.qualified_op)
-        if lowering is None or lowering.weight is None:
+        weight = WEIGHT_VIEWS.get(node.qualified_op)
+        if weight is None:
             continue
-        view = lowering.weight(graph, node)
+        view = weight(graph, node)
         if view is not None:
             out.append((node, view))
     return out
@@ -81,7 +81,7 @@ class _Trials:
             raise KilnError(
                 "planning int8/int4 MNN weights needs onnxruntime (or pass --mnn-min-cosine 0)"
             ) from None
-        from backends.onnx.exporter import export_onnx, model_bytes
+        from compiler.onnx_export import export_onnx, model_bytes
 
         probe = graph.clone()
         self.names: list[str] = []

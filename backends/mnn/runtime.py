@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.mnn.external import check_side_file
 from compiler.errors import KilnError, ModelFileError
+from schemas.mnn.external import check_side_file
 
 __all__ = ["run_mnn", "WINOGRAD_MEMORY_LEVEL_HINT"]
 

@@ -12,7 +12,7 @@ import flatbuffers
 import numpy as np
 
 from backends.mnn.model import FieldValue, MnnNet, Table
-from backends.mnn.schema import builder_fn, camel, vector_dtype
+from schemas.mnn.schema import builder_fn, camel, vector_dtype
 
 __all__ = ["serialize", "build_table"]
 

@@ -5,7 +5,7 @@ K = the weights of one row); the bias stays float32. Encodings:
 
 * fp32: ``Convolution2D.weight`` / ``bias``.
 * fp16: ``IDSTQuan{type 3, buffer = IEEE half bytes}``; MNN widens them to float at load.
-* int8 / int4 (``IDSTQuan{type 1}``, table-coded, see :mod:`backends.mnn.idst`), per group
+* int8 / int4 (``IDSTQuan{type 1}``, table-coded, see :mod:`schemas.mnn.idst`), per group
   g of ``K / blocks`` consecutive weights of one row (``blocks`` = 1: per output channel):
 
   - symmetric: s_g = max|w_g| / (2^(b-1) - 1), q = round(w / s_g), alpha = [s_g];
@@ -18,6 +18,8 @@ K = the weights of one row); the bias stays float32. Encodings:
   alphas are rounded to half first and q is computed against the rounded values, so the
   decoded weights are exactly what MNN computes.
 
+The integer form (:class:`~schemas.mnn.quantized_weights.QuantizedWeights`) and MNN's decoding
+of it are format code shared with the MNN frontend, in ``schemas/mnn/quantized_weights.py``.
 A :class:`WeightStorage` may carry precomputed integer weights (``levels``, e.g. GPTQ's, on
 the grid ``quantize_weights`` picks): they are then written and decoded instead of the
 nearest rounding of the float weights.
@@ -31,17 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from backends.mnn import idst
-from backends.mnn.external import ExternalData
 from backends.mnn.model import Table
 from backends.mnn.options import MnnOptions
-from backends.mnn.schema import fb
+from schemas.mnn import idst
+from schemas.mnn.external import ExternalData
+from schemas.mnn.quantized_weights import QuantizedWeights, dequantize_weights
+from schemas.mnn.schema import fb
 
 __all__ = [
     "WeightStorage",
-    "QuantizedWeights",
     "quantize_weights",
-    "dequantize_weights",
     "decoded_weights",
     "conv_weight_fields",
     "group_count",
@@ -71,22 +72,6 @@ class WeightStorage:
         """The storage the options ask for."""
         quantized = options.bits is not None
         return cls(options.weights, quantized and options.asymmetric, quantized and options.scale == "fp16")
-
-
-@dataclass(frozen=True)
-class QuantizedWeights:
-    """Integer weights ``q`` ([rows, K]) and their scales as MNN stores them (float32 values)."""
-
-    q: np.ndarray
-    alpha: np.ndarray
-    bits: int
-    asymmetric: bool
-    groups: int
-
-    @property
-    def a_min(self) -> int:
-        """``IDSTQuan.aMin``: the clamp minimum for asymmetric weights, else 0."""
-        return -(1 << (self.bits - 1)) if self.asymmetric else 0
 
 
 def group_count(rows: int, k: int, block_elems: int | None) -> int:
@@ -128,17 +113,6 @@ def quantize_weights(
     return QuantizedWeights(
         q.reshape(rows, k).astype(np.int32), alpha.astype(np.float32), bits, asymmetric, groups
     )
-
-
-def dequantize_weights(qw: QuantizedWeights) -> np.ndarray:
-    """The float weights MNN decodes from ``qw`` ([rows, K], float32)."""
-    g = qw.q.reshape(qw.groups, -1).astype(np.float32)
-    if qw.asymmetric:
-        mins, scale = qw.alpha[0::2, None], qw.alpha[1::2, None]
-        out = (g - np.float32(qw.a_min)) * scale + mins
-    else:
-        out = g * qw.alpha[:, None]
-    return out.reshape(qw.q.shape).astype(np.float32)
 
 
 def _idst_fields(qw: QuantizedWeights, fp16_scales: bool) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.mnn.external import side_file
 from backends.mnn.lower.graph import check_supported, lower_graph
 from backends.mnn.lower.quant import fold_weight_dequant
 from backends.mnn.options import MnnOptions
@@ -23,6 +22,7 @@ from backends.mnn.serializer import serialize
 from backends.mnn.weights import WeightStorage
 from compiler.input_spec import random_inputs
 from compiler.ir.graph import Graph
+from schemas.mnn.external import side_file
 
 __all__ = ["mnn_bytes", "write_mnn"]
 
@@ -42,7 +42,7 @@ def mnn_bytes(
     to re-write a model read from an ``.mnn`` with the storage it had.
     """
     graph = fold_weight_dequant(graph)
-    check_supported(graph, options, source)
+    check_supported(graph, source)
     if storage is None:
         plan = WeightPlan()
         if options.target_cosine > 0.0:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backends.onnx.exporter import save_onnx
-from backends.registry import Artifact
+from compiler.backend import Artifact
 from compiler.ir.graph import Graph
+from compiler.onnx_export import save_onnx
 from compiler.options import CompileOptions
 
 __all__ = ["emit_onnx"]

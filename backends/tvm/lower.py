@@ -1,8 +1,9 @@
 """Kiln IR -> Relax: one ``main`` function whose body is the graph, node by node.
 
 Parameters are the graph inputs (in order), the result is the single output or a
-tuple of outputs. Every op goes through the lowering table; ops without a rule
-are reported together, each with its node names.
+tuple of outputs. Every op goes through the capability table: ops without a rule,
+and nodes its checks refuse (with the reason), are reported together, each with
+its node names.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from backends.tvm.lowering.table import LowerContext, rule_for
+from backends.tvm.lowering.table import LowerContext, Rule, capabilities
 from compiler.errors import UnsupportedOpsError
 from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
+    from compiler.backend import CapabilityTable
 
 __all__ = ["LoweredModule", "lower_graph"]
 
@@ -29,13 +31,14 @@ class LoweredModule:
     kernels: list[dict[str, Any]]
 
 
-def _unsupported(graph: Graph) -> dict[str, list[str]]:
+def _unsupported(graph: Graph, table: CapabilityTable[Rule]) -> dict[str, list[str]]:
+    """Node names by op (``"Op (reason)"`` for nodes a check refuses)."""
     missing: dict[str, list[str]] = {}
     for node in graph.nodes():
-        if node.domain == "" and node.op in (INPUT_OP, CONSTANT_OP):
-            continue
-        if rule_for(node.qualified_op) is None:
-            missing.setdefault(node.qualified_op, []).append(node.name or node.output_names[0])
+        why = table.reason(graph, node)
+        if why is not None:
+            key = node.qualified_op if node.qualified_op not in table else f"{node.qualified_op} ({why})"
+            missing.setdefault(key, []).append(node.name or node.output_names[0])
     return missing
 
 
@@ -45,9 +48,8 @@ def lower_graph(
     """Lower a verified, statically shaped graph to a Relax IRModule (``on_node`` ticks per node)."""
     from tvm import relax
 
-    import backends.tvm.lowering  # noqa: F401  (registers the rules)
-
-    missing = _unsupported(graph)
+    table = capabilities()
+    missing = _unsupported(graph, table)
     if missing:
         raise UnsupportedOpsError(f"{source} (--target {target.name})", missing)
     bb = relax.BlockBuilder()
@@ -70,9 +72,7 @@ def lower_graph(
                     env[(node.id, 0)] = ctx.const(node.attrs.value)
                     continue
                 ins = [None if v is None else env[(v.node, v.port)] for v in graph.inputs_of(node)]
-                rule = rule_for(node.qualified_op)
-                assert rule is not None
-                outs = rule(ctx, node, ins)
+                outs = table.lower_for(node.qualified_op)(ctx, node, ins)
                 for port, expr in enumerate(outs):
                     env[(node.id, port)] = expr
                 if on_node is not None:

@@ -25,7 +25,7 @@ from compiler.ops.registry import (
 )
 from compiler.ops.shapes import broadcast
 
-__all__ = ["LeakyReluAttrs", "HardSigmoidAttrs", "EluAttrs", "BINARY_OPS", "UNARY_OPS"]
+__all__ = ["LeakyReluAttrs", "HardSigmoidAttrs", "EluAttrs", "GeluAttrs", "BINARY_OPS", "UNARY_OPS"]
 
 
 def _broadcast_infer(same_dtype: bool) -> Callable[[InferContext], list[TensorType]]:
@@ -144,6 +144,22 @@ class EluAttrs:
     alpha: float = 1.0
 
 
+@dataclass(frozen=True)
+class GeluAttrs:
+    """Gelu (opset 20): ``approximate`` is ``none`` (erf form) or ``tanh``."""
+
+    approximate: str = "none"
+
+
+def _gelu(x: np.ndarray, a: GeluAttrs) -> np.ndarray:
+    if a.approximate not in ("none", "tanh"):
+        raise ValueError(f"Gelu approximate={a.approximate!r} is neither 'none' nor 'tanh'")
+    xf = x.astype(np.float64)
+    if a.approximate == "tanh":
+        return 0.5 * xf * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (xf + 0.044715 * xf**3)))
+    return 0.5 * xf * (1.0 + _erf(xf / np.sqrt(2.0)))
+
+
 def _f(x: np.ndarray, v: float) -> Any:
     return np.asarray(v, dtype=x.dtype)
 
@@ -187,6 +203,11 @@ UNARY_OPS: dict[str, tuple[Callable[[np.ndarray, Any], np.ndarray], type | None,
     "Ceil": (lambda x, a: np.ceil(x), None, "y = ceil(x)"),
     "Softplus": (lambda x, a: np.logaddexp(_f(x, 0), x).astype(x.dtype), None, "y = log(1 + exp(x))"),
     "Erf": (lambda x, a: _erf(x), None, "y = erf(x)"),
+    "Gelu": (
+        _gelu,
+        GeluAttrs,
+        "y = x/2 * (1 + erf(x/sqrt(2))); tanh: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
+    ),
 }
 
 _QUANT_UNARY = {"Relu": QuantPolicy.ACTIVATION}

@@ -53,7 +53,7 @@ def graph_runner(graph: Graph, names: Sequence[str], runtime: str = "onnxruntime
         return run_interp
     import onnxruntime as ort
 
-    from backends.onnx.exporter import export_onnx, model_bytes
+    from compiler.onnx_export import export_onnx, model_bytes
 
     graph_inputs = {v.name for v in graph.inputs}
     computed = [n for n in names if n not in graph_inputs]

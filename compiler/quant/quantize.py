@@ -32,7 +32,15 @@ from compiler.quant.plan import QuantPlan, make_plan, node_label
 from compiler.quant.qdq import MissingScaleError, QdqResult, activation_params, insert_qdq
 from compiler.quant.sensitivity import SQNR_CAP, Score, SensitivityReport
 
-__all__ = ["QuantOutcome", "quantize_int8", "load_samples", "summary"]
+__all__ = [
+    "QuantOutcome",
+    "Calibration",
+    "calibrate_int8",
+    "apply_int8",
+    "quantize_int8",
+    "load_samples",
+    "summary",
+]
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +100,19 @@ def _check(q: QuantOptions) -> None:
         )
 
 
-def quantize_int8(graph: Graph, q: QuantOptions, *, progress: bool = True) -> QuantOutcome:
-    """Quantize ``graph`` in place (QDQ) and return what was decided."""
+@dataclass
+class Calibration:
+    """What calibration decided, before any graph edit: the plan, the samples, ranges and (s, z)."""
+
+    float_graph: Graph
+    plan: QuantPlan
+    samples: list[dict[str, np.ndarray]]
+    ranges: dict[str, tuple[float, float]]
+    params: dict[str, QParams]
+
+
+def calibrate_int8(graph: Graph, q: QuantOptions, *, progress: bool = True) -> Calibration:
+    """Plan the int8 regions and calibrate their activations (or read ``--scales``); no graph edits."""
     from compiler.calibration.methods import parse_calib_method
     from compiler.quant.calibrate import calibrate
     from compiler.quant.scales_file import read_scales
@@ -117,18 +136,29 @@ def quantize_int8(graph: Graph, q: QuantOptions, *, progress: bool = True) -> Qu
             progress=progress,
         )
         params = activation_params(graph, ranges, q.act_dtype, symmetric=q.symmetric_activations)
-    outcome = QuantOutcome(float_graph, plan, ranges, params, QdqResult(), samples)
+    return Calibration(float_graph, plan, samples, ranges, params)
+
+
+def apply_int8(graph: Graph, cal: Calibration, q: QuantOptions, *, progress: bool = True) -> QuantOutcome:
+    """Analyse on clones (bias correction, sensitivity, --min-sqnr), then put ``graph`` in QDQ form."""
+    outcome = QuantOutcome(cal.float_graph, cal.plan, cal.ranges, cal.params, QdqResult(), cal.samples)
     try:
         final = _analyse(outcome, q, progress)
         _apply_biases(graph, outcome.biases, final.nodes)
-        outcome.result = insert_qdq(graph, final, params, per_channel=q.per_channel)
+        outcome.result = insert_qdq(graph, final, cal.params, per_channel=q.per_channel)
     except MissingScaleError as exc:
         raise KilnError(f"{q.scales or 'calibration'}: {exc.args[0]}") from None
     outcome.plan = final
+    outcome.report = summary(outcome, q)
+    return outcome
+
+
+def quantize_int8(graph: Graph, q: QuantOptions, *, progress: bool = True) -> QuantOutcome:
+    """Quantize ``graph`` in place (QDQ) and return what was decided (calibrate, then apply)."""
+    outcome = apply_int8(graph, calibrate_int8(graph, q, progress=progress), q, progress=progress)
     from compiler.pass_manager import PassManager
 
     PassManager(["eliminate-dead-nodes"]).run(graph)  # the float weights that were replaced
-    outcome.report = summary(outcome, q)
     return outcome
 
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from backends.cann.om_graph import OmOp, TensorDesc, split_ref
 from compiler.errors import ModelFileError
 from compiler.ir.types import DType
+from schemas.cann.om_graph import OmOp, TensorDesc, split_ref
 
 __all__ = ["Decoder", "MAX_RANK"]
 

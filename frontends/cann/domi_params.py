@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from backends.cann.codes import DOMI_DTYPE, DOMI_FORMAT_CODES, dtype_from
-from backends.cann.generated import om_pb2 as domi
-from backends.cann.om_graph import Attr, OmOp, TensorDesc
 from compiler.ir.types import DType
 from frontends.cann.decode import Decoder
+from schemas.cann.codes import DOMI_DTYPE, DOMI_FORMAT_CODES, dtype_from
+from schemas.cann.generated import om_pb2 as domi
+from schemas.cann.om_graph import Attr, OmOp, TensorDesc
 
 __all__ = ["PARAMS", "DomiDecoder"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from backends.cann.domi_table import GE_TYPE, MODE_ACTIVATION, MODE_ELTWISE
-from backends.cann.generated import om_pb2 as domi
-from backends.cann.om_graph import Attr, OmGraph, OmOp, ref
 from frontends.cann.domi_params import PARAMS, DomiDecoder
+from schemas.cann.domi_table import GE_TYPE, MODE_ACTIVATION, MODE_ELTWISE
+from schemas.cann.generated import om_pb2 as domi
+from schemas.cann.om_graph import Attr, OmGraph, OmOp, ref
 
 __all__ = ["parse_domi", "read_domi"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from backends.cann.codes import FORMAT_CODES, PROTO_DTYPE, dtype_from
-from backends.cann.generated import ge_ir_pb2 as ge
-from backends.cann.om_graph import Attr, OmGraph, OmOp, TensorDesc
 from frontends.cann.decode import Decoder
+from schemas.cann.codes import FORMAT_CODES, PROTO_DTYPE, dtype_from
+from schemas.cann.generated import ge_ir_pb2 as ge
+from schemas.cann.om_graph import Attr, OmGraph, OmOp, TensorDesc
 
 __all__ = ["parse_ge", "read_ge", "ge_attr"]
 

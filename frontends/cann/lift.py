@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from backends.cann.om_graph import OmGraph, OmOp, split_ref
-from backends.cann.op_table import SIMPLE_BY_GE, SimpleOp
 from compiler.errors import InputShapeError, ModelFileError, UnsupportedOpsError
 from compiler.ir.graph import Graph, GraphError, Value
 from compiler.ir.types import DType, TensorType
 from compiler.ir.verifier import VerificationError, verify
 from compiler.ops.registry import AttrError, ShapeError, UnknownOpError
+from schemas.cann.om_graph import OmGraph, OmOp, split_ref
+from schemas.cann.op_table import SIMPLE_BY_GE, SimpleOp
 
 __all__ = ["Lifter", "lift_graph", "lifter", "LiftError"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.cann.om_graph import OmOp
 from compiler.ir.graph import Value
 from compiler.ir.types import DType
 from frontends.cann.lift import Lifter, LiftError, lifter
+from schemas.cann.om_graph import OmOp
 
 __all__ = ["conv_attrs", "gemm_attrs"]
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.cann.om_graph import OmOp, split_ref
 from compiler.ir.graph import Value
 from compiler.ir.types import DType
 from frontends.cann.lift import Lifter, LiftError, lifter
 from frontends.cann.lift_nn import conv_attrs, gemm_attrs
+from schemas.cann.om_graph import OmOp, split_ref
 
 __all__ = ["lift_weighted_int8", "quant_grid"]
 

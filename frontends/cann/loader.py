@@ -13,15 +13,15 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from backends.cann.codes import MODEL_DEF, WEIGHTS_DATA
-from backends.cann.om_container import read_om
-from backends.cann.om_graph import OmGraph
 from compiler.errors import ModelFileError
 from compiler.ir.graph import Graph
 from frontends.cann.domi_reader import parse_domi, read_domi
 from frontends.cann.ge_reader import parse_ge, read_ge
 from frontends.cann.lift import lift_graph
 from frontends.model_file import read_model_bytes
+from schemas.cann.codes import MODEL_DEF, WEIGHTS_DATA
+from schemas.cann.om_container import read_om
+from schemas.cann.om_graph import OmGraph
 
 __all__ = ["load_om", "read_om_graph"]
 

@@ -28,9 +28,9 @@ from compiler.errors import ConversionError
 from compiler.ir.graph import Graph, Value
 from compiler.ops.registry import get_op, infer_node_types
 from frontends.megengine.dtypes import MgeDType
-from frontends.megengine.generated import dtype_generated as fb_dtype
 from frontends.megengine.model import MgeOpr
 from frontends.onnx.folding import fold
+from schemas.megengine.generated import dtype_generated as fb_dtype
 
 __all__ = ["Var", "OprContext", "ConverterFn", "CheckFn", "ConverterEntry", "converter", "find_converter"]
 

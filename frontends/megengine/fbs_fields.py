@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from frontends.megengine.dtypes import MgeDType, dtype_from_code
-from frontends.megengine.generated import dtype_generated as fb_dtype
 from frontends.megengine.model import MgeParam
+from schemas.megengine.generated import dtype_generated as fb_dtype
 
 __all__ = [
     "MAX_NDIM",

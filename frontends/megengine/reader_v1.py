@@ -22,10 +22,10 @@ from frontends.megengine.fbs_fields import (
     text,
     vector_length,
 )
-from frontends.megengine.generated import schema_v1_generated as fb
 from frontends.megengine.model import MgeModel, MgeOpr, MgeParam, MgeTensor
 from frontends.megengine.reader_v2 import union_members, version_text
 from frontends.megengine.type_ids import class_of, family_of
+from schemas.megengine.generated import schema_v1_generated as fb
 
 __all__ = ["read_v1", "OUTPUT_COUNTS"]
 

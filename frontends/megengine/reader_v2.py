@@ -19,9 +19,9 @@ from frontends.megengine.fbs_fields import (
     text,
     vector_length,
 )
-from frontends.megengine.generated import schema_v2_generated as fb
 from frontends.megengine.model import MgeModel, MgeOpr, MgeParam, MgeTensor
 from frontends.megengine.type_ids import class_of, family_of
+from schemas.megengine.generated import schema_v2_generated as fb
 
 __all__ = ["read_v2", "union_members", "version_text"]
 

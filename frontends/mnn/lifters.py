@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from backends.mnn.generated import MNN_generated as M
-from backends.mnn.idst import decode
-from backends.mnn.weights import QuantizedWeights, dequantize_weights
 from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Value
 from compiler.ir.types import DType, TensorType
 from compiler.ops.registry import get_op
 from frontends.mnn.reader import DTYPES, MnnReadError, Reader, ints, lifter, op_name, param
+from schemas.mnn.generated import MNN_generated as M
+from schemas.mnn.idst import decode
+from schemas.mnn.quantized_weights import QuantizedWeights, dequantize_weights
 
 __all__: list[str] = []
 

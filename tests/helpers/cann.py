@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 import pytest
 
-from backends.cann.codes import MODEL_DEF, WEIGHTS_DATA
-from backends.cann.generated import ge_ir_pb2 as ge
-from backends.cann.om_container import read_om
 from compiler.cli import main as kiln
+from schemas.cann.codes import MODEL_DEF, WEIGHTS_DATA
+from schemas.cann.generated import ge_ir_pb2 as ge
+from schemas.cann.om_container import read_om
 from tests.conftest import MODELS
 
 __all__ = [

@@ -21,9 +21,9 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from backends.onnx.exporter import export_onnx, model_bytes
 from compiler.ir import run_graph
 from compiler.ir.types import DType
+from compiler.onnx_export import export_onnx, model_bytes
 from frontends.onnx import load_onnx
 from tests.helpers.numerics import assert_close
 

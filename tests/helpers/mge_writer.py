@@ -19,10 +19,10 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
-from frontends.megengine.generated import dtype_generated as fd
-from frontends.megengine.generated import params_generated as P
-from frontends.megengine.generated import schema_v2_generated as s2
 from frontends.megengine.type_ids import type_id
+from schemas.megengine.generated import dtype_generated as fd
+from schemas.megengine.generated import params_generated as P
+from schemas.megengine.generated import schema_v2_generated as s2
 
 __all__ = ["MgeWriter", "DTYPE_CODES"]
 

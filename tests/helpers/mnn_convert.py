@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from backends.mnn.generated import MNN_generated as M
 from frontends.mnn.reader import OP_NAMES
+from schemas.mnn.generated import MNN_generated as M
 
 __all__ = ["mnn_convert", "onnx_to_mnn", "json_to_mnn", "mnn_op_types"]
 

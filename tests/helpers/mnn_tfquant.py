@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from backends.mnn.model import MnnNet, MnnOp, Table
-from backends.mnn.schema import fb
 from backends.mnn.serializer import serialize
+from schemas.mnn.schema import fb
 
 __all__ = ["QParam", "TfqNet", "ACT"]
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from backends.onnx.exporter import export_onnx
 from compiler.ir import Graph
+from compiler.onnx_export import export_onnx
 from compiler.pass_infra import PassContext
 from compiler.pass_manager import PassManager, PipelineItem
 from compiler.rewriter import PassResult

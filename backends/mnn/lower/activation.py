@@ -22,11 +22,11 @@ import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
-from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import Table
-from backends.mnn.schema import fb
-from compiler.ir.graph import Node
+from compiler.ir.graph import Graph, Node
 from compiler.ops.fused import activation_of
+from schemas.mnn.schema import fb
 
 __all__ = ["emit_activation", "LOWERINGS", "UNARY_OPS"]
 
@@ -93,16 +93,14 @@ def _binary(kind: int) -> Table:
     return Table("BinaryOp", {"opType": kind, "T": fb.DataType.DT_FLOAT}, force=frozenset({"opType"}))
 
 
-def _activation(node: Node, ctx: LowerContext) -> tuple[str, float, float] | None:
+def _activation(node: Node, graph: Graph) -> tuple[str, float, float] | None:
     if node.op == "Elu":
         return ("elu", float(node.attrs.alpha), 0.0)
-    return activation_of(node, ctx.graph)
+    return activation_of(node, graph)
 
 
-def _check_activation(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    act = _activation(node, ctx)
+def _check_activation(graph: Graph, node: Node) -> str | None:
+    act = _activation(node, graph)
     if act is None:
         return "bounds must be constant"
     if not node.output_types[0].dtype.is_float:
@@ -111,7 +109,7 @@ def _check_activation(ctx: LowerContext, node: Node) -> str | None:
 
 
 def _lower_activation(ctx: LowerContext, node: Node) -> None:
-    act = _activation(node, ctx)
+    act = _activation(node, ctx.graph)
     assert act is not None
     x_value = ctx.graph.inputs_of(node)[0]
     assert x_value is not None
@@ -130,16 +128,12 @@ def _lower_unary(ctx: LowerContext, node: Node) -> None:
     ctx.emit("UnaryOp", ctx.op_name(node), [x], [out], _unary(UNARY_OPS[node.op]))
 
 
-def _check_unary(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
+def _check_unary(graph: Graph, node: Node) -> str | None:
     return None if node.output_types[0].dtype.is_float else "float tensors only"
 
 
-def _check_prelu(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    x, slope = ctx.graph.inputs_of(node)
+def _check_prelu(graph: Graph, node: Node) -> str | None:
+    x, slope = graph.inputs_of(node)
     assert x is not None and slope is not None
     s = slope.const
     if s is None:

@@ -13,15 +13,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from backends.mnn.external import ExternalData
 from backends.mnn.layout import Format
 from backends.mnn.model import MnnNet, MnnOp, Table
 from backends.mnn.options import MnnOptions
-from backends.mnn.schema import fb
 from backends.mnn.tensors import TensorTable, UniqueNames
 from backends.mnn.weights import WeightStorage
 from compiler.ir.graph import Graph, Node, Value, array_digest
 from compiler.ir.types import DType
+from schemas.mnn.external import ExternalData
+from schemas.mnn.schema import fb
 
 __all__ = ["LowerContext", "blob_table", "mnn_dtype", "EXTERNAL_BLOB_MIN"]
 

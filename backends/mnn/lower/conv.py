@@ -16,14 +16,14 @@ import numpy as np
 from backends.mnn.layout import Format
 from backends.mnn.lower.activation import SUPPORTED_ACTIVATIONS, emit_activation
 from backends.mnn.lower.context import LowerContext
-from backends.mnn.lower.registry import Lowering, WeightView, require_static
+from backends.mnn.lower.registry import Lowering, WeightView
 from backends.mnn.lower.slicing import emit_strided_slice
 from backends.mnn.model import Table
-from backends.mnn.schema import fb
 from backends.mnn.weights import conv_weight_fields
 from compiler.ir.graph import Graph, Node
 from compiler.ops.conv import conv_transpose_geometry
 from compiler.ops.shapes import resolve_pads, window_params
+from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS", "conv_common", "emit_conv", "conv_weight", "conv_transpose_weight"]
 
@@ -100,10 +100,8 @@ def conv_transpose_weight(graph: Graph, node: Node) -> WeightView:
 
 
 # ------------------------------------------------------------------------ Conv
-def _check_conv(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    ins = ctx.graph.inputs_of(node)
+def _check_conv(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
     x, w = ins[0], ins[1]
     assert x is not None and w is not None
     if len(x.type.static_shape) != 4:
@@ -222,8 +220,8 @@ def _lower_conv_transpose(ctx: LowerContext, node: Node) -> None:
     ctx.emit("Concat", name, parts, [out], Table("Axis", {"axis": 1}, force=frozenset({"axis"})))
 
 
-def _check_conv_transpose(ctx: LowerContext, node: Node) -> str | None:
-    return _check_conv(ctx, node)
+def _check_conv_transpose(graph: Graph, node: Node) -> str | None:
+    return _check_conv(graph, node)
 
 
 LOWERINGS: dict[str, Lowering] = {

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
-from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import Table
-from backends.mnn.schema import fb
-from compiler.ir.graph import Node, Value
+from compiler.ir.graph import Graph, Node, Value
+from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS", "BINARY_OPS", "binary_table", "shared_format"]
 
@@ -60,9 +60,7 @@ def operand(ctx: LowerContext, value: Value, fmt: Format, base: str) -> int:
     return ctx.tensor(value, fmt)
 
 
-def _check(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
+def _check(graph: Graph, node: Node) -> str | None:
     dt = node.output_types[0].dtype
     if dt.is_float or (node.op in _INT_OK and dt.is_integer):
         return None

@@ -22,48 +22,47 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from backends.mnn.external import ExternalData
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext, mnn_dtype
 from backends.mnn.lower.linear import reshape_table
 from backends.mnn.lower.quant import finish_int8, fold_weight_dequant, int8_convs, integer_form
-from backends.mnn.lower.table import LOWERINGS
+from backends.mnn.lower.table import TABLE
 from backends.mnn.model import MnnNet, MnnOp, Table
 from backends.mnn.options import MnnOptions
-from backends.mnn.schema import fb
 from backends.mnn.weights import WeightStorage
 from compiler.errors import UnsupportedOpsError
 from compiler.ir.graph import Graph
+from schemas.mnn.external import ExternalData
+from schemas.mnn.schema import fb
 
 __all__ = ["lower_graph", "unsupported_ops", "check_supported", "fuse_binary_relu", "drop_dead_ops"]
 
 log = logging.getLogger(__name__)
 
-_SKIP = ("Input", "Constant")
 
+def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
+    """``{op (reason): [node names]}`` for every node the MNN writer cannot write.
 
-def unsupported_ops(graph: Graph, options: MnnOptions | None = None) -> dict[str, list[str]]:
-    """``{op (reason): [node names]}`` for every node the MNN writer cannot write."""
+    Weight dequantization is folded first (as the writer does); each node is then judged by
+    :data:`backends.mnn.lower.table.TABLE` (an op without a lowering is listed by its name alone).
+    """
     graph = fold_weight_dequant(graph)
-    ctx = LowerContext(graph, options or MnnOptions())
     bad: dict[str, list[str]] = {}
     for v in graph.inputs:
         if not v.type.is_static or mnn_dtype(v.type.dtype) is None:
             bad.setdefault(f"graph input ({v.type})", []).append(v.name)
     for node in graph.nodes():
-        if node.op in _SKIP and not node.domain:
-            continue
-        lowering = LOWERINGS.get(node.qualified_op)
-        reason = "no MNN lowering" if lowering is None else lowering.check(ctx, node)
+        reason = TABLE.reason(graph, node)
         if reason is not None:
-            key = node.qualified_op if lowering is None else f"{node.qualified_op} ({reason})"
+            op = node.qualified_op
+            key = f"{op} ({reason})" if op in TABLE else op
             bad.setdefault(key, []).append(node.name or node.output_names[0])
     return bad
 
 
-def check_supported(graph: Graph, options: MnnOptions, source: str = "") -> None:
+def check_supported(graph: Graph, source: str = "") -> None:
     """Raise UnsupportedOpsError listing every node the MNN writer cannot write."""
-    bad = unsupported_ops(graph, options)
+    bad = unsupported_ops(graph)
     if bad:
         raise UnsupportedOpsError(f"{source or graph.name} (MNN writer)", bad)
 
@@ -79,7 +78,7 @@ def lower_graph(
     ``plan`` overrides the weight storage of single nodes (by node id).
     """
     graph = fold_weight_dequant(graph)
-    check_supported(graph, options, source)
+    check_supported(graph, source)
     int8_form = integer_form(graph)
     if int8_form:
         # MNN's int8 convs: symmetric int8 IDST weights (scaleIn/scaleOut added by finish_int8)
@@ -95,10 +94,8 @@ def lower_graph(
             force=frozenset({"dtype", "dformat"}),
         )
         ctx.emit("Input", v.name, [], [idx], param)
-    for node in graph.nodes():
-        if node.op in _SKIP and not node.domain:
-            continue
-        LOWERINGS[node.qualified_op].lower(ctx, node)
+    for node in graph.ops():
+        TABLE.lower_for(node.qualified_op)(ctx, node)
     outputs = _finish_outputs(ctx)
     net = ctx.finish()
     if int8_form:

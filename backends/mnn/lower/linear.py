@@ -17,10 +17,10 @@ import numpy as np
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
 from backends.mnn.lower.conv import conv_common, emit_conv
-from backends.mnn.lower.registry import Lowering, WeightView, require_static
+from backends.mnn.lower.registry import Lowering, WeightView
 from backends.mnn.model import Table
-from backends.mnn.schema import fb
 from compiler.ir.graph import Graph, Node, Value
+from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS", "reshape_table", "gemm_weight", "matmul_weight", "pooled_source"]
 
@@ -77,17 +77,15 @@ def _emit_fc(ctx: LowerContext, node: Node, a_value: Value, view: WeightView, bi
     ctx.emit("Reshape", f"{name}__out", [plain], [out], reshape_table(ctx.shape(value)))
 
 
-def _float_static(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
+def _float(node: Node) -> str | None:
     return None if node.output_types[0].dtype.is_float else "float tensors only"
 
 
 # ------------------------------------------------------------------------ Gemm
-def _check_gemm(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := _float_static(ctx, node)) is not None:
+def _check_gemm(graph: Graph, node: Node) -> str | None:
+    if (reason := _float(node)) is not None:
         return reason
-    ins = ctx.graph.inputs_of(node)
+    ins = graph.inputs_of(node)
     b = ins[1]
     c = ins[2] if len(ins) > 2 else None
     assert b is not None
@@ -134,10 +132,10 @@ def _lower_gemm(ctx: LowerContext, node: Node) -> None:
 
 
 # ---------------------------------------------------------------------- MatMul
-def _check_matmul(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := _float_static(ctx, node)) is not None:
+def _check_matmul(graph: Graph, node: Node) -> str | None:
+    if (reason := _float(node)) is not None:
         return reason
-    a, b = ctx.graph.inputs_of(node)
+    a, b = graph.inputs_of(node)
     assert a is not None and b is not None
     ra, rb = len(a.type.static_shape), len(b.type.static_shape)
     if b.const is not None:

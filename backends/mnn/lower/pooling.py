@@ -14,12 +14,12 @@ import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
-from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import Table
-from backends.mnn.schema import fb
-from compiler.ir.graph import Node
+from compiler.ir.graph import Graph, Node
 from compiler.ops.pooling import pool_geometry
 from compiler.ops.shapes import normalize_axes, resolve_pads, window_params
+from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS", "REDUCTIONS"]
 
@@ -50,12 +50,10 @@ def _emit_pool(ctx: LowerContext, node: Node, param: Table) -> None:
     ctx.emit("Pooling", ctx.op_name(node), [x], [out], param)
 
 
-def _check_pool(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    if len(node.output_types) > 1 and ctx.graph.users(ctx.graph.value(node, 1)):
+def _check_pool(graph: Graph, node: Node) -> str | None:
+    if len(node.output_types) > 1 and graph.users(graph.value(node, 1)):
         return "the indices output"
-    x = ctx.graph.inputs_of(node)[0]
+    x = graph.inputs_of(node)[0]
     assert x is not None
     if len(x.type.static_shape) != 4:
         return "2-D pooling only"
@@ -98,8 +96,8 @@ def _lower_global(ctx: LowerContext, node: Node) -> None:
 
 
 # ------------------------------------------------------------------ reductions
-def _axes(ctx: LowerContext, node: Node) -> list[int] | None:
-    ins = ctx.graph.inputs_of(node)
+def _axes(graph: Graph, node: Node) -> list[int] | None:
+    ins = graph.inputs_of(node)
     x = ins[0]
     assert x is not None
     rank = len(x.type.static_shape)
@@ -114,16 +112,14 @@ def _axes(ctx: LowerContext, node: Node) -> list[int] | None:
     return sorted(normalize_axes([int(v) for v in c.reshape(-1)], rank))
 
 
-def _check_reduce(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    if _axes(ctx, node) is None:
+def _check_reduce(graph: Graph, node: Node) -> str | None:
+    if _axes(graph, node) is None:
         return "axes must be constant"
     return None if node.output_types[0].dtype.is_float else "float tensors only"
 
 
 def _lower_reduce(ctx: LowerContext, node: Node) -> None:
-    axes = _axes(ctx, node)
+    axes = _axes(ctx.graph, node)
     assert axes is not None
     x_value = ctx.graph.inputs_of(node)[0]
     assert x_value is not None

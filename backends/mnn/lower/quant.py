@@ -37,11 +37,11 @@ import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
-from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import MnnNet, MnnOp, Table, TensorQuant
-from backends.mnn.schema import fb
 from compiler.ir.graph import Graph, Node
 from compiler.ir.types import DType
+from schemas.mnn.schema import fb
 
 __all__ = [
     "LOWERINGS",
@@ -143,10 +143,8 @@ def _params(ctx: LowerContext, node: Node) -> tuple[float, int, DType]:
     return float(np.asarray(s_value.const).reshape(-1)[0]), zero, dtype
 
 
-def _check(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    ins = ctx.graph.inputs_of(node)
+def _check(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
     s = ins[1]
     z = ins[2] if len(ins) > 2 else None
     s_array = None if s is None else s.const
@@ -160,7 +158,7 @@ def _check(ctx: LowerContext, node: Node) -> str | None:
     dtype = x.type.dtype if node.qualified_op == _DQ else node.output_types[0].dtype
     if dtype not in (DType.INT8, DType.UINT8):
         return f"{dtype} (int8/uint8 only)"
-    if not 2 <= len(ctx.shape(x)) <= 5:
+    if not 2 <= len(x.type.static_shape) <= 5:
         return "2-D to 5-D tensors only"
     return None
 

@@ -1,7 +1,8 @@
-"""What a lowering is: a ``check`` that says why a node cannot be written, and a ``lower``.
+"""What a lowering is: the :class:`~compiler.backend.OpSupport` of one op, plus its weight view.
 
 Each op-family module exports ``LOWERINGS: dict[qualified Kiln op, Lowering]``;
-:mod:`backends.mnn.lower.table` merges them into the one table the writer consults.
+:mod:`backends.mnn.lower.table` merges them into the one :class:`~compiler.backend.CapabilityTable`
+the writer consults (which also requires static shapes of every node).
 """
 
 from __future__ import annotations
@@ -10,14 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from compiler.backend import OpSupport
 from compiler.ir.graph import Graph, Node
 
 if TYPE_CHECKING:
     from backends.mnn.lower.context import LowerContext
 
-import numpy as np
+__all__ = ["Lowering", "LowerFn", "WeightFn", "WeightView"]
 
-__all__ = ["Lowering", "WeightView", "require_static", "no_check"]
+LowerFn = Callable[["LowerContext", Node], None]
+"""``lower(ctx, node)``: emit the MNN ops of a node."""
 
 
 @dataclass(frozen=True)
@@ -44,27 +49,17 @@ class WeightView:
         return block_size * self.area
 
 
-def no_check(ctx: LowerContext, node: Node) -> str | None:
-    """A check that accepts every node with static shapes."""
-    return require_static(node, ctx.graph)
+WeightFn = Callable[[Graph, Node], "WeightView | None"]
+"""``weight(graph, node)``: the :class:`WeightView` of a layer whose weight MNN stores compressed."""
 
 
 @dataclass(frozen=True)
-class Lowering:
-    """``lower(ctx, node)`` emits the MNN ops of a node; ``check`` returns a reason it can't, or None.
+class Lowering(OpSupport[LowerFn]):
+    """An MNN table entry: ``lower(ctx, node)``, ``check(graph, node) -> reason | None``, ``weight``.
 
+    ``check`` only sees the graph (the table adds the static-shape requirement first);
     ``weight`` gives the :class:`WeightView` of ops whose weight MNN stores compressed
     (convolutions and fully connected layers); the mixed-precision planner uses it.
     """
 
-    lower: Callable[[LowerContext, Node], None]
-    check: Callable[[LowerContext, Node], str | None] = no_check
-    weight: Callable[[Graph, Node], WeightView | None] | None = None
-
-
-def require_static(node: Node, graph: Graph) -> str | None:
-    """None if every input and output of ``node`` has a static shape, else the reason."""
-    types = [v.type for v in graph.inputs_of(node) if v is not None] + list(node.output_types)
-    if all(t.is_static for t in types):
-        return None
-    return "dynamic shape (fix it with --input-shape)"
+    weight: WeightFn | None = None

@@ -22,11 +22,11 @@ import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
-from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import Table
-from backends.mnn.schema import fb
-from compiler.ir.graph import Node
+from compiler.ir.graph import Graph, Node
 from compiler.ops.resize import resize_plan
+from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS", "COORDINATE_MODES"]
 
@@ -40,8 +40,8 @@ COORDINATE_MODES: dict[str, int] = {
 _NEAREST = {"floor": 1, "round_prefer_floor": 4, "round_prefer_ceil": 4}
 
 
-def _plan(ctx: LowerContext, node: Node) -> tuple[list[float | None], list[int]]:
-    ins = ctx.graph.inputs_of(node)
+def _plan(graph: Graph, node: Node) -> tuple[list[float | None], list[int]]:
+    ins = graph.inputs_of(node)
     x = ins[0]
     assert x is not None
     scales = ins[2].const if len(ins) > 2 and ins[2] is not None else None
@@ -50,11 +50,9 @@ def _plan(ctx: LowerContext, node: Node) -> tuple[list[float | None], list[int]]
     return sc, axes
 
 
-def _check(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
+def _check(graph: Graph, node: Node) -> str | None:
     a = node.attrs
-    x = ctx.graph.inputs_of(node)[0]
+    x = graph.inputs_of(node)[0]
     assert x is not None
     if len(x.type.static_shape) != 4 or not x.type.dtype.is_float:
         return "4-D float input only"
@@ -64,10 +62,10 @@ def _check(ctx: LowerContext, node: Node) -> str | None:
         return f"coordinate_transformation_mode {a.coordinate_transformation_mode}"
     if a.mode == "nearest" and a.nearest_mode not in _NEAREST:
         return f"nearest_mode {a.nearest_mode}"
-    ins = ctx.graph.inputs_of(node)
+    ins = graph.inputs_of(node)
     if any(v is not None and v.const is None for v in ins[1:]):
         return "scales/sizes must be constant"
-    sc, _ = _plan(ctx, node)
+    sc, _ = _plan(graph, node)
     if sc[0] != 1.0 or sc[1] != 1.0:
         return "resizing N or C"
     return None
@@ -79,7 +77,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     assert x_value is not None
     value = ctx.graph.value(node)
     out_shape = ctx.shape(value)
-    sc, _ = _plan(ctx, node)
+    sc, _ = _plan(ctx.graph, node)
     sh, sw = sc[2], sc[3]
     assert sh is not None and sw is not None
     ctm = a.coordinate_transformation_mode

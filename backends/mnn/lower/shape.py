@@ -14,12 +14,12 @@ from backends.mnn.lower.context import LowerContext, mnn_dtype
 from backends.mnn.lower.elementwise import shared_format
 from backends.mnn.lower.linear import reshape_table
 from backends.mnn.lower.quant import emit_int8_to_float, from_quantize
-from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import Table
-from backends.mnn.schema import fb
-from compiler.ir.graph import Node
+from compiler.ir.graph import Graph, Node
 from compiler.ir.types import DType
 from compiler.ops.shapes import normalize_axis
+from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS"]
 
@@ -76,10 +76,8 @@ def _lower_identity(ctx: LowerContext, node: Node) -> None:
     ctx.alias(ctx.graph.value(node), x)
 
 
-def _check_cast(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    x = ctx.graph.inputs_of(node)[0]
+def _check_cast(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
     assert x is not None
     if mnn_dtype(x.type.dtype) is None or mnn_dtype(node.output_types[0].dtype) is None:
         return f"{x.type.dtype.numpy.name} -> {node.output_types[0].dtype.numpy.name}"
@@ -104,10 +102,10 @@ def _lower_cast(ctx: LowerContext, node: Node) -> None:
     ctx.emit("Cast", ctx.op_name(node), [x], [out], Table("CastParam", {"srcT": src, "dstT": dst}))
 
 
-def _check_dropout(ctx: LowerContext, node: Node) -> str | None:
-    if node.num_outputs > 1 and ctx.graph.users(ctx.graph.value(node, 1)):
+def _check_dropout(graph: Graph, node: Node) -> str | None:
+    if node.num_outputs > 1 and graph.users(graph.value(node, 1)):
         return "the mask output"
-    return require_static(node, ctx.graph)
+    return None
 
 
 LOWERINGS: dict[str, Lowering] = {

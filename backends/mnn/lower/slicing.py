@@ -13,11 +13,11 @@ import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
-from backends.mnn.lower.registry import Lowering, require_static
+from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import Table
-from backends.mnn.schema import fb
-from compiler.ir.graph import Node, Value
+from compiler.ir.graph import Graph, Node, Value
 from compiler.ops.shapes import normalize_axes, normalize_axis, slice_bounds
+from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS", "emit_strided_slice"]
 
@@ -57,9 +57,9 @@ def emit_strided_slice(
     ctx.emit("StridedSlice", name, ins, [out], param)
 
 
-def _slice_spec(ctx: LowerContext, node: Node) -> tuple[list[int], list[int], list[int]] | None:
+def _slice_spec(graph: Graph, node: Node) -> tuple[list[int], list[int], list[int]] | None:
     """Full-rank begin/end/stride of a Slice (ONNX clamping applied; end -1 = through index 0)."""
-    ins = ctx.graph.inputs_of(node)
+    ins = graph.inputs_of(node)
     x = ins[0]
     assert x is not None
     shape = x.type.static_shape
@@ -86,14 +86,12 @@ def _slice_spec(ctx: LowerContext, node: Node) -> tuple[list[int], list[int], li
     return begin, end, stride
 
 
-def _check_slice(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    return None if _slice_spec(ctx, node) is not None else "starts/ends/axes/steps must be constant"
+def _check_slice(graph: Graph, node: Node) -> str | None:
+    return None if _slice_spec(graph, node) is not None else "starts/ends/axes/steps must be constant"
 
 
 def _lower_slice(ctx: LowerContext, node: Node) -> None:
-    spec = _slice_spec(ctx, node)
+    spec = _slice_spec(ctx.graph, node)
     assert spec is not None
     begin, end, stride = spec
     x_value = ctx.graph.inputs_of(node)[0]
@@ -159,10 +157,8 @@ def _lower_split(ctx: LowerContext, node: Node) -> None:
         start += size
 
 
-def _check_gather(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
-    x, idx = ctx.graph.inputs_of(node)
+def _check_gather(graph: Graph, node: Node) -> str | None:
+    x, idx = graph.inputs_of(node)
     assert x is not None and idx is not None
     if idx.const is None and idx.type.dtype.is_float:
         return "float indices"
@@ -188,8 +184,8 @@ def _lower_gather(ctx: LowerContext, node: Node) -> None:
     ctx.emit("GatherV2", name, [x, idx, ax], [out], param)
 
 
-def _pad_spec(ctx: LowerContext, node: Node) -> tuple[list[int], float] | None:
-    ins = ctx.graph.inputs_of(node)
+def _pad_spec(graph: Graph, node: Node) -> tuple[list[int], float] | None:
+    ins = graph.inputs_of(node)
     x = ins[0]
     assert x is not None
     rank = len(x.type.static_shape)
@@ -216,12 +212,10 @@ def _pad_spec(ctx: LowerContext, node: Node) -> tuple[list[int], float] | None:
     return full, fill
 
 
-def _check_pad(ctx: LowerContext, node: Node) -> str | None:
-    if (reason := require_static(node, ctx.graph)) is not None:
-        return reason
+def _check_pad(graph: Graph, node: Node) -> str | None:
     if node.attrs.mode not in _PAD_MODES:
         return f"mode {node.attrs.mode}"
-    spec = _pad_spec(ctx, node)
+    spec = _pad_spec(graph, node)
     if spec is None:
         return "pads, value and axes must be constant"
     if min(spec[0]) < 0:
@@ -230,7 +224,7 @@ def _check_pad(ctx: LowerContext, node: Node) -> str | None:
 
 
 def _lower_pad(ctx: LowerContext, node: Node) -> None:
-    spec = _pad_spec(ctx, node)
+    spec = _pad_spec(ctx.graph, node)
     assert spec is not None
     pads, fill = spec
     x_value = ctx.graph.inputs_of(node)[0]

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from backends.tvm.lowering.elementwise import activation, dequantize, quantize
-from backends.tvm.lowering.table import LowerContext, lowers
+from backends.tvm.lowering.table import LowerContext, const_inputs, lowers
 from backends.tvm.lowering.tensor import layout_block
+from compiler.backend import all_of
 from compiler.errors import ConversionError
-from compiler.ir.graph import Node
+from compiler.ir.graph import Graph, Node
 from compiler.ops.qconv import (
     linear_requant,
     qconv_multiplier,
@@ -49,8 +50,6 @@ def _conv_fields(ctx: LowerContext, node: Node, w: np.ndarray) -> dict[str, Any]
     """Spec fields shared by the fp32 and int8 kernels."""
     x_shape = [int(v) for v in (ctx.in_type(node, 0).shape or ())]
     out_shape = ctx.out_shape(node)
-    if len(w.shape) != 4:
-        raise ConversionError(f"{node.describe()}: only 2-D convolutions lower to TVM")
     groups = int(node.attrs.group)
     kernel = (int(w.shape[2]), int(w.shape[3]))
     strides, dil, pads = _geometry(ctx, node, (x_shape[2], x_shape[3]), kernel)
@@ -80,14 +79,37 @@ def _conv_inputs(
 ) -> tuple[np.ndarray, np.ndarray | None, Any | None]:
     """(constant weight as ``w_dtype``, constant bias or None, residual value or None).
 
-    With ``const_bias`` a bias input that is not a constant raises ConversionError.
+    :func:`_conv_reason` checked the weight (and, with ``const_bias``, the bias) are constants.
     """
     w = ctx.require_const(node, 1, "weight").astype(w_dtype)
     has_bias = len(ins) > 2 and ins[2] is not None
     b = ctx.input_const(node, 2) if has_bias else None
-    if const_bias and has_bias and b is None:
-        raise ConversionError(f"{node.describe()}: a non-constant conv bias has no TVM lowering")
+    assert b is not None or not (const_bias and has_bias), node.describe()
     return w, b, ins[3] if len(ins) > 3 else None
+
+
+def _conv2d_reason(graph: Graph, node: Node) -> str | None:
+    w = graph.inputs_of(node)[1]
+    if w is None or w.type.rank != 4:
+        return "only 2-D convolutions lower to TVM"
+    return None
+
+
+def _const_bias_reason(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
+    if len(ins) > 2 and ins[2] is not None and ins[2].const is None:
+        return "a non-constant conv bias has no TVM lowering"
+    return None
+
+
+def _conv_transpose_reason(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
+    if x is None or x.type.rank != 4:
+        return "only 2-D ConvTranspose lowers to TVM"
+    return None
+
+
+_WEIGHT = const_inputs((1, "weight"))
 
 
 def _conv_spec(node: Node, fields: dict[str, Any], residual: bool) -> Conv2dSpec:
@@ -121,7 +143,7 @@ def _qconv_spec(ctx: LowerContext, node: Node, fields: dict[str, Any], residual:
     )
 
 
-@lowers("Conv", "kiln::FusedConv")
+@lowers("Conv", "kiln::FusedConv", check=all_of(_WEIGHT, _const_bias_reason, _conv2d_reason))
 def _conv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     if ctx.target.kind == "cuda":
         from backends.tvm.lowering.cuda_conv import cuda_conv
@@ -158,7 +180,7 @@ def _conv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [activation(ctx, y, act, alpha, beta, "float32")]
 
 
-@lowers("kiln::QConv")
+@lowers("kiln::QConv", check=all_of(_WEIGHT, _conv2d_reason))
 def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     if ctx.target.kind == "cuda":
         from backends.tvm.lowering.cuda_conv import cuda_qconv
@@ -236,15 +258,13 @@ def _linear_requant(ctx: LowerContext, node: Node, acc: Any, channels: int) -> A
     return ctx.emit(op.astype(q, a.out_dtype))
 
 
-@lowers("ConvTranspose")
+@lowers("ConvTranspose", check=all_of(_WEIGHT, _conv_transpose_reason))
 def _conv_transpose(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     from compiler.ops.conv import conv_transpose_geometry
 
     a = node.attrs
     w = ctx.require_const(node, 1, "weight").astype(np.float32)
     x_shape = [int(v) for v in (ctx.in_type(node, 0).shape or ())]
-    if len(x_shape) != 4:
-        raise ConversionError(f"{node.describe()}: only 2-D ConvTranspose lowers to TVM")
     kernel = (int(w.shape[2]), int(w.shape[3]))
     strides, dil, pads = _geometry(ctx, node, (x_shape[2], x_shape[3]), kernel)
     out_sp, begin = conv_transpose_geometry(a, x_shape[2:], kernel, strides, dil, pads)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.tvm.lowering.table import LowerContext, lowers
+from backends.tvm.lowering.table import LowerContext, const_inputs, lowers
 from compiler.errors import ConversionError
 from compiler.ir.graph import Node
 
@@ -176,7 +176,7 @@ def dequantize(ctx: LowerContext, q: Any, scale: np.ndarray, zero: np.ndarray) -
     return ctx.emit(op.multiply(y, ctx.const(scale.astype(np.float32))))
 
 
-@lowers("QuantizeLinear")
+@lowers("QuantizeLinear", check=const_inputs((1, "scale")))
 def _quantize(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     axis = int(node.attrs.axis)
     scale = _axis_shape(ctx, node, ctx.require_const(node, 1, "scale"), axis)
@@ -186,7 +186,7 @@ def _quantize(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [quantize(ctx, ins[0], scale, zero, out_dt)]
 
 
-@lowers("DequantizeLinear")
+@lowers("DequantizeLinear", check=const_inputs((1, "scale")))
 def _dequantize(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     axis = int(node.attrs.axis)
     scale = _axis_shape(ctx, node, ctx.require_const(node, 1, "scale"), axis)

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from backends.tvm.lowering.table import LowerContext, lowers
+from backends.tvm.lowering.table import LowerContext, lowers, single_output
+from compiler.backend import all_of
 from compiler.errors import ConversionError
-from compiler.ir.graph import Node
+from compiler.ir.graph import Graph, Node
 from compiler.ops.pooling import pool_geometry
 from compiler.ops.reduce import reduce_axes
 
@@ -58,10 +59,19 @@ def _blocked_pool(ctx: LowerContext, node: Node, x: Any, mode: str) -> Any | Non
     return ctx.call_kernel(pool_kernel(spec, ctx.target), [x])
 
 
-@lowers("MaxPool", "AveragePool")
+def _pool_rank_reason(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
+    if x is None or x.type.rank not in (4, 5):
+        return "only 2-D pooling (or blocked 2-D) lowers to TVM"
+    return None
+
+
+@lowers(
+    "MaxPool",
+    "AveragePool",
+    check=all_of(single_output("MaxPool indices have no TVM lowering"), _pool_rank_reason),
+)
 def _pool(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
-    if node.num_outputs > 1:
-        raise ConversionError(f"{node.describe()}: MaxPool indices have no TVM lowering")
     mode = "max" if node.op == "MaxPool" else "avg"
     shape = _in_shape(ctx, node)
     blocked = _blocked_pool(ctx, node, ins[0], mode) if len(shape) == 5 else None
@@ -126,27 +136,35 @@ _ROUNDING = {
 }
 
 
-@lowers("Resize")
-def _resize(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+def _resize_reason(graph: Graph, node: Node) -> str | None:
     a = node.attrs
-    shape = _in_shape(ctx, node)
-    out = ctx.out_shape(node)
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    shape, out = x.type.static_shape, node.output_types[0].static_shape
     rank = len(shape)
     if rank not in (4, 5) or any(out[i] != shape[i] for i in (0, 1)) or (rank == 5 and out[4] != shape[4]):
-        raise ConversionError(f"{node.describe()}: only spatial (H, W) Resize lowers to TVM")
+        return "only spatial (H, W) Resize lowers to TVM"
     if a.antialias or a.keep_aspect_ratio_policy != "stretch" or a.mode not in _RESIZE_METHOD:
-        raise ConversionError(f"{node.describe()}: Resize mode {a.mode!r}/antialias has no TVM lowering")
-    scales = ctx.input_const(node, 2)
+        return f"Resize mode {a.mode!r}/antialias has no TVM lowering"
+    ins = graph.inputs_of(node)
+    scales = ins[2].const if len(ins) > 2 and ins[2] is not None else None
     if scales is not None and scales.size:
         full = np.ones(rank, np.float32)
         axes = [ax % rank for ax in a.axes] if a.axes else list(range(rank))
         full[axes] = scales.astype(np.float32)
         for ax in (2, 3):
             if not np.isclose(full[ax], out[ax] / shape[ax], rtol=0, atol=1e-6):
-                raise ConversionError(
-                    f"{node.describe()}: Resize scale {full[ax]} differs from the size ratio "
-                    f"{out[ax]}/{shape[ax]}; no TVM lowering"
-                )
+                ratio = f"{out[ax]}/{shape[ax]}"
+                return f"Resize scale {full[ax]} differs from the size ratio {ratio}; no TVM lowering"
+    return None
+
+
+@lowers("Resize", check=_resize_reason)
+def _resize(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    a = node.attrs
+    shape = _in_shape(ctx, node)
+    out = ctx.out_shape(node)
+    rank = len(shape)
     layout = "NCHW" if rank == 4 else f"NCHW{shape[4]}c"
     y = _op().image.resize2d(
         ins[0],

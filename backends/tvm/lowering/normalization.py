@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from backends.tvm.lowering.table import LowerContext, lowers
-from compiler.errors import ConversionError
-from compiler.ir.graph import Node
+from backends.tvm.lowering.table import LowerContext, const_inputs, lowers, single_output
+from compiler.backend import all_of
+from compiler.ir.graph import Graph, Node
 
 __all__: list[str] = []
 
@@ -25,14 +25,22 @@ def _per_channel(v: np.ndarray, rank: int) -> np.ndarray:
     return v.reshape((1, -1) + (1,) * (rank - 2)).astype(np.float32)
 
 
-@lowers("BatchNormalization")
-def _batchnorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+_BN_PARAMS = ("scale", "B", "mean", "var")
+
+
+def _inference_reason(graph: Graph, node: Node) -> str | None:
     if node.attrs.training_mode or node.num_outputs > 1:
-        raise ConversionError(f"{node.describe()}: training-mode BatchNormalization has no TVM lowering")
+        return "training-mode BatchNormalization has no TVM lowering"
+    return None
+
+
+@lowers(
+    "BatchNormalization",
+    check=all_of(_inference_reason, const_inputs(*((i, n) for i, n in enumerate(_BN_PARAMS, 1)))),
+)
+def _batchnorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     rank = len(ctx.in_type(node, 0).shape or ())
-    gamma, beta, mean, var = (
-        ctx.require_const(node, i, n) for i, n in enumerate(("scale", "B", "mean", "var"), 1)
-    )
+    gamma, beta, mean, var = (ctx.require_const(node, i, n) for i, n in enumerate(_BN_PARAMS, 1))
     s = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(node.attrs.epsilon))
     t = beta.astype(np.float64) - mean.astype(np.float64) * s
     op = _op()
@@ -49,7 +57,7 @@ def _normalize(ctx: LowerContext, x: Any, axes: list[int], eps: float) -> Any:
     return ctx.emit(op.divide(d, op.sqrt(op.add(var, ctx.scalar(eps, "float32")))))
 
 
-@lowers("InstanceNormalization")
+@lowers("InstanceNormalization", check=const_inputs((1, "scale"), (2, "B")))
 def _instancenorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     rank = len(ctx.in_type(node, 0).shape or ())
     y = _normalize(ctx, ins[0], list(range(2, rank)), float(node.attrs.epsilon))
@@ -59,12 +67,10 @@ def _instancenorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(op.add(op.multiply(y, scale), bias))]
 
 
-@lowers("LayerNormalization")
+@lowers(
+    "LayerNormalization", check=single_output("LayerNormalization's mean/inv-std outputs have no lowering")
+)
 def _layernorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
-    if node.num_outputs > 1:
-        raise ConversionError(
-            f"{node.describe()}: LayerNormalization's mean/inv-std outputs have no lowering"
-        )
     rank = len(ctx.in_type(node, 0).shape or ())
     axis = int(node.attrs.axis) % rank
     y = _normalize(ctx, ins[0], list(range(axis, rank)), float(node.attrs.epsilon))

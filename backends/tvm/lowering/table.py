@@ -2,17 +2,22 @@
 
 A rule gets the :class:`LowerContext` (block builder, target, kernel cache), the
 node and its inputs already lowered (``None`` for absent optional inputs) and
-returns one Relax expression per node output.
+returns one Relax expression per node output. Its ``check`` (``@lowers(..., check=)``)
+refuses, from the graph alone, what the rule cannot lower (a 1-D conv, a weight
+that is not a constant); :func:`capabilities` gathers both into the backend's
+:class:`~compiler.backend.CapabilityTable`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from compiler.backend import CapabilityTable, Check, OpSupport
 from compiler.errors import ConversionError
 
 if TYPE_CHECKING:
@@ -21,7 +26,7 @@ if TYPE_CHECKING:
     from compiler.ir.graph import Graph, Node
     from compiler.ir.types import TensorType
 
-__all__ = ["LowerContext", "Rule", "lowers", "rule_for", "lowered_ops"]
+__all__ = ["LowerContext", "Rule", "lowers", "capabilities", "const_inputs", "single_output"]
 
 Expr = Any  # tvm.relax.Expr
 
@@ -94,26 +99,44 @@ class LowerContext:
 
 
 Rule = Callable[[LowerContext, "Node", list[Any]], list[Any]]
-_RULES: dict[str, Rule] = {}
+_RULES: dict[str, OpSupport[Rule]] = {}
 
 
-def lowers(*ops: str) -> Callable[[Rule], Rule]:
-    """Register a rule for the qualified op names (``Add``, ``kiln::FusedConv``)."""
+def lowers(*ops: str, check: Check | None = None) -> Callable[[Rule], Rule]:
+    """Register a rule, and the check that refuses what it cannot lower, for the qualified op
+    names (``Add``, ``kiln::FusedConv``)."""
 
     def deco(fn: Rule) -> Rule:
         for op in ops:
             assert op not in _RULES, op
-            _RULES[op] = fn
+            _RULES[op] = OpSupport(fn, check)
         return fn
 
     return deco
 
 
-def rule_for(qualified_op: str) -> Rule | None:
-    """The rule for an op, or None."""
-    return _RULES.get(qualified_op)
+@functools.cache
+def capabilities() -> CapabilityTable[Rule]:
+    """The TVM op table (the same for every target: rules pick target kernels themselves)."""
+    import backends.tvm.lowering  # noqa: F401  (registers the rules)
+
+    return CapabilityTable("tvm", _RULES)
 
 
-def lowered_ops() -> list[str]:
-    """Every op with a lowering rule."""
-    return sorted(_RULES)
+def const_inputs(*ports: tuple[int, str]) -> Check:
+    """A check that inputs ``(port, what)`` are constants (as :meth:`LowerContext.require_const` needs)."""
+
+    def check(graph: Graph, node: Node) -> str | None:
+        ins = graph.inputs_of(node)
+        for port, what in ports:
+            v = ins[port] if port < len(ins) else None
+            if v is None or v.const is None:
+                return f"{what} (input {port}) must be a constant for --target"
+        return None
+
+    return check
+
+
+def single_output(what: str) -> Check:
+    """A check that refuses nodes with more than one output (``what``: why, in words)."""
+    return lambda graph, node: what if node.num_outputs > 1 else None

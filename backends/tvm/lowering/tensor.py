@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from backends.tvm.lowering.table import LowerContext, lowers
+from backends.tvm.lowering.table import LowerContext, const_inputs, lowers, single_output
+from compiler.backend import all_of
 from compiler.errors import ConversionError
-from compiler.ir.graph import Node
+from compiler.ir.graph import Graph, Node
 
 __all__ = ["layout_block"]
 
@@ -42,7 +43,15 @@ def _concat(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     ]
 
 
-@lowers("Slice")
+def _slice_steps_reason(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
+    steps = ins[4].const if len(ins) > 4 and ins[4] is not None else None
+    if steps is not None and np.any(steps <= 0):
+        return "negative Slice steps have no TVM lowering"
+    return None
+
+
+@lowers("Slice", check=all_of(const_inputs((1, "starts"), (2, "ends")), _slice_steps_reason))
 def _slice(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     shape = ctx.in_type(node, 0).shape or ()
     rank = len(shape)
@@ -55,8 +64,6 @@ def _slice(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     a_out, b_out, e_out, s_out = [], [], [], []
     for a, b, e, s in zip(axes, starts, ends, steps, strict=True):
         ax = int(a) % rank
-        if s <= 0:
-            raise ConversionError(f"{node.describe()}: negative Slice steps have no TVM lowering")
         dim = int(shape[ax])
         lo, hi, _ = slice(int(np.clip(b, -(2**62), 2**62)), int(np.clip(e, -(2**62), 2**62))).indices(dim)
         a_out.append(ax)
@@ -128,7 +135,7 @@ def _expand(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(_op().broadcast_to(ins[0], ctx.out_shape(node)))]
 
 
-@lowers("Tile")
+@lowers("Tile", check=const_inputs((1, "repeats")))
 def _tile(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     reps = ctx.require_const(node, 1, "repeats")
     return [ctx.emit(_op().tile(ins[0], [int(r) for r in reps.ravel()]))]
@@ -146,13 +153,17 @@ def _split(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(relax.TupleGetItem(parts, i)) for i in range(node.num_outputs)]
 
 
-@lowers("Pad")
+def _pad_mode_reason(graph: Graph, node: Node) -> str | None:
+    if node.attrs.mode != "constant":
+        return f"Pad mode {node.attrs.mode!r} has no TVM lowering"
+    return None
+
+
+@lowers("Pad", check=all_of(_pad_mode_reason, const_inputs((1, "pads"))))
 def _pad(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     shape_in = ctx.in_type(node, 0).shape or ()
     rank = len(shape_in)
     out = ctx.out_shape(node)
-    if node.attrs.mode != "constant":
-        raise ConversionError(f"{node.describe()}: Pad mode {node.attrs.mode!r} has no TVM lowering")
     pads = ctx.require_const(node, 1, "pads").astype(np.int64).ravel()
     axes_c = ctx.input_const(node, 3)
     axes = [int(a) % rank for a in axes_c.ravel()] if axes_c is not None else list(range(rank))
@@ -166,8 +177,6 @@ def _pad(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(_op().nn.pad(ins[0], width, "constant", fill))]
 
 
-@lowers("Dropout")
+@lowers("Dropout", check=single_output("Dropout's mask output has no TVM lowering"))
 def _dropout(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
-    if node.num_outputs > 1:
-        raise ConversionError(f"{node.describe()}: Dropout's mask output has no TVM lowering")
     return [ins[0]]

@@ -22,9 +22,9 @@ from compiler.ops.fused import KILN
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.dtypes import FLOAT32, MgeDType
 from frontends.megengine.enums import enum_name
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.layouts import BLOCK, Step, blocked_to_nchw, filter_steps, nchw_to_blocked, relayout
 from frontends.megengine.model import MgeOpr
+from schemas.megengine.generated import params_generated as P
 
 __all__ = ["ACTIVATIONS"]
 

@@ -13,8 +13,8 @@ from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.converters.elemwise_modes import BOOL_MODES, MODES
 from frontends.megengine.dtypes import FLOAT32, MgeDType
 from frontends.megengine.enums import enum_name
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.model import MgeOpr
+from schemas.megengine.generated import params_generated as P
 
 __all__ = ["multi_type_mode"]
 

@@ -17,10 +17,10 @@ from compiler.ir.types import DType, TensorType
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.dtypes import MgeDType, dtype_from_code
 from frontends.megengine.fbs_fields import read_dtype
-from frontends.megengine.generated import dtype_generated as fb_dtype
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.model import MgeTensor
 from frontends.megengine.quant import constant_of, dequantize
+from schemas.megengine.generated import dtype_generated as fb_dtype
+from schemas.megengine.generated import params_generated as P
 
 __all__: list[str] = []
 

@@ -13,8 +13,8 @@ from compiler.ir.graph import Value
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.dtypes import FLOAT32, MgeDType
 from frontends.megengine.enums import enum_name
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.layouts import relayout
+from schemas.megengine.generated import params_generated as P
 
 __all__: list[str] = []
 

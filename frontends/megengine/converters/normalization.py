@@ -13,8 +13,8 @@ import numpy as np
 
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.enums import enum_name
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.layouts import relayout
+from schemas.megengine.generated import params_generated as P
 
 __all__: list[str] = []
 

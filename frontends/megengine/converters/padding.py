@@ -9,7 +9,7 @@ import numpy as np
 
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.enums import enum_name
-from frontends.megengine.generated import params_generated as P
+from schemas.megengine.generated import params_generated as P
 
 __all__: list[str] = []
 

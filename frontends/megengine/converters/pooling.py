@@ -16,10 +16,10 @@ import numpy as np
 
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.enums import enum_name
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.layouts import BLOCK, blocked_to_nchw, nchw_to_blocked
 from frontends.megengine.model import MgeOpr
 from frontends.megengine.quant import round_half_away, stored_integers
+from schemas.megengine.generated import params_generated as P
 
 __all__: list[str] = []
 

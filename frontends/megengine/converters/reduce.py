@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.enums import enum_name
-from frontends.megengine.generated import params_generated as P
+from schemas.megengine.generated import params_generated as P
 
 __all__: list[str] = []
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.enums import enum_name
-from frontends.megengine.generated import params_generated as P
 from frontends.megengine.model import MgeOpr
+from schemas.megengine.generated import params_generated as P
 
 __all__: list[str] = []
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.fbs_fields import required, vector_length
-from frontends.megengine.generated import params_generated as P
+from schemas.megengine.generated import params_generated as P
 
 __all__: list[str] = []
 

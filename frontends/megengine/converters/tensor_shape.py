@@ -21,7 +21,7 @@ from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.dtypes import INT32
 from frontends.megengine.enums import enum_name
 from frontends.megengine.fbs_fields import MAX_NDIM, int_vector, required, vector_length
-from frontends.megengine.generated import params_generated as P
+from schemas.megengine.generated import params_generated as P
 
 __all__ = ["optional_axis"]
 

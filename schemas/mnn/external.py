@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.mnn.schema import fb
 from compiler.errors import ModelFileError
+from schemas.mnn.schema import fb
 
 __all__ = ["SIDE_SUFFIX", "ExternalData", "side_file", "external_extent", "check_side_file"]
 

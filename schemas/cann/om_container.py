@@ -29,8 +29,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from backends.cann.codes import MODEL_DEF, PARTITION_NAMES
 from compiler.errors import ModelFileError
+from schemas.cann.codes import MODEL_DEF, PARTITION_NAMES
 
 __all__ = ["MAGIC", "HEAD_LEN", "MODEL_VERSION", "OmHeader", "OmFile", "pack_om", "read_om"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.mnn.generated import MNN_generated as fb
+from schemas.mnn.generated import MNN_generated as fb
 
 __all__ = ["fb", "camel", "op_type", "param_tag", "vector_dtype", "builder_fn", "enum_name"]
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from backends.cann.codes import CPP_DTYPE, dtype_from
-from backends.cann.om_graph import Attr
 from compiler.ir.types import DType
+from schemas.cann.codes import CPP_DTYPE, dtype_from
+from schemas.cann.om_graph import Attr
 
 __all__ = [
     "AttrRule",

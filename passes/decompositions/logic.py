@@ -1,0 +1,94 @@
+"""Decompositions of selections and comparisons.
+
+* where-affine: Where(c, x, y) = y + f(c) * (x - y), f(c) = Cast(c, float) in {0, 1}, for
+  constant float x and y. Exact when, elementwise, D = fl(x - y) is finite and fl(y + D) = x
+  (then c = 1 gives y + D = x and c = 0 gives y + 0 = y) and neither holds -0 (the sums give +0).
+  This is the attention-mask form left after the default pipeline in bert, distilbert,
+  albert, mobilebert, gpt2 and t5: Where(mask, 0, -FLT_MAX), with D = FLT_MAX.
+* equal-compare: Equal(a, b) = Not(Or(Less(a, b), Greater(a, b))) for integer a, b (a total
+  order; for floats NaN would compare neither less nor greater, so they are refused).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.ir.graph import Graph, Node
+from compiler.rewriter import Rewriter
+from passes.decompositions import Decomposition, register_decomposition
+from passes.decompositions._util import base_name, replace_outputs
+
+__all__ = ["WHERE_AFFINE", "EQUAL_COMPARE", "where_affine_reason"]
+
+
+def where_affine_reason(x: np.ndarray | None, y: np.ndarray | None) -> str | None:
+    """None if y + c * (x - y) equals Where(c, x, y) exactly for every c in {0, 1}, else why not."""
+    if x is None or y is None:
+        return "x or y is not constant (c * (x - y) is exact only for finite constants)"
+    if x.dtype != y.dtype or x.dtype.kind != "f":
+        return "x and y are not float constants of one dtype"
+    with np.errstate(all="ignore"):
+        d = (x - y).astype(x.dtype)
+        back = (y + d).astype(x.dtype)
+    if not np.all(np.isfinite(d)):
+        return "x - y is not finite"
+    if not np.array_equal(np.broadcast_to(back, d.shape), np.broadcast_to(x, d.shape)):
+        return "y + (x - y) does not round back to x"
+    if np.any((y == 0) & np.signbit(y)) or np.any((x == 0) & np.signbit(x)):
+        return "x or y holds -0 (the sums give +0)"
+    return None
+
+
+def _where_check(graph: Graph, node: Node) -> str | None:
+    c, x, y = graph.inputs_of(node)
+    assert c is not None and x is not None and y is not None
+    return where_affine_reason(x.const, y.const)
+
+
+def _where_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
+    c, x, y = graph.inputs_of(node)
+    assert c is not None and x is not None and y is not None and x.const is not None and y.const is not None
+    b, dt = base_name(node), x.type.dtype
+    d = rw.const((x.const - y.const).astype(dt.numpy), f"{b}_delta")
+    f = rw.op("Cast", [c], {"to": int(dt)}, name=f"{b}_cond")
+    y2 = rw.op("Add", [y, rw.op("Mul", [f, d], name=f"{b}_step")], name=b)
+    replace_outputs(rw, node, [y2])
+
+
+WHERE_AFFINE = register_decomposition(
+    Decomposition(
+        "where-affine",
+        "Where",
+        ("Cast", "Mul", "Add"),
+        _where_check,
+        _where_rewrite,
+        "Where(c, x, y) = y + Cast(c) * (x - y) for constant float x, y that round-trip",
+    )
+)
+
+
+def _equal_check(graph: Graph, node: Node) -> str | None:
+    a = graph.inputs_of(node)[0]
+    assert a is not None
+    return None if a.type.dtype.is_integer else f"inputs are {a.type.dtype.short}, not integer"
+
+
+def _equal_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
+    a, c = graph.inputs_of(node)
+    assert a is not None and c is not None
+    b = base_name(node)
+    lt, gt = rw.op("Less", [a, c], name=f"{b}_lt"), rw.op("Greater", [a, c], name=f"{b}_gt")
+    ne = rw.op("Or", [lt, gt], name=f"{b}_ne")
+    replace_outputs(rw, node, [rw.op("Not", [ne], name=b)])
+
+
+EQUAL_COMPARE = register_decomposition(
+    Decomposition(
+        "equal-compare",
+        "Equal",
+        ("Less", "Greater", "Or", "Not"),
+        _equal_check,
+        _equal_rewrite,
+        "Equal(a, b) = Not(Less(a, b) or Greater(a, b)) for integers",
+    )
+)
