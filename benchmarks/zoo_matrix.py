@@ -186,7 +186,7 @@ def classify(
     """The class of one finished (or timed-out: ``rc`` None) compile."""
     r = Result(model, path, "crash", seconds, "", rc=rc, stderr_tail=stderr[-STDERR_KEEP:])
     if rc is None:
-        r.detail = f"timeout after {seconds:.0f} s"
+        r.detail = f"timeout (killed after {seconds:.1f} s)"
         return r
     if "Traceback (most recent call last):" in stderr:
         cause = _traceback_cause(stderr)

@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Support", "SupportMatrix", "support_matrix", "format_text", "format_markdown", "BACKEND_TARGETS"]
+__all__ = [
+    "Support",
+    "SupportMatrix",
+    "support_matrix",
+    "format_text",
+    "format_markdown",
+    "update_readme",
+    "BACKEND_TARGETS",
+]
 
 # the table each backend is shown with in the matrix: TVM's is the same for cpu, arm and cuda
 BACKEND_TARGETS: dict[str, str] = {"tvm": "cpu"}
@@ -119,3 +127,27 @@ def format_markdown(matrix: SupportMatrix) -> str:
         for b, c in ((b, counts[b]) for b in matrix.backends)
     )
     return "\n".join(lines) + f"\n\n{summary}."
+
+
+def update_readme(path: str = "README.md") -> bool:
+    """Rewrite the matrix between the README's ``kiln ops`` markers; True if it changed."""
+    from pathlib import Path
+
+    begin, end = "<!-- kiln ops: begin -->", "<!-- kiln ops: end -->"
+    p = Path(path)
+    text = p.read_text()
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{begin}\n{format_markdown(support_matrix())}\n{end}{tail}"
+    if new != text:
+        p.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--update-readme"]:
+        print("README.md updated" if update_readme() else "README.md already fresh")
+    else:
+        print(format_text(support_matrix()))

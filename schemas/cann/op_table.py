@@ -93,7 +93,10 @@ def _bool_rule(name: str, ge: str) -> AttrRule:
     return AttrRule(name, ge, "b", to_ge=bool, to_kiln=int)
 
 
-_UNARY = ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Erf")
+_UNARY = (
+    *("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Erf"),
+    *("Sign", "Sin", "Cos"),
+)
 _BINARY: tuple[tuple[str, str], ...] = (
     ("Add", "Add"),
     ("Sub", "Sub"),

@@ -53,6 +53,7 @@ _UNARY: dict[str, str] = {
     "Ceil": "ceil",
     "Round": "round",
     "Erf": "erf",
+    "Sign": "sign",
     "Sin": "sin",
     "Cos": "cos",
     "Not": "logical_not",
