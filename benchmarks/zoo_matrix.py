@@ -2,11 +2,11 @@
 
 Usage, from the repository root (../shared must hold the zoo and its tool)::
 
-    .venv/bin/python benchmarks/zoo_matrix.py --zoo-dir /tmp/zoo                  # all models, onnx,mnn,cann
+    .venv/bin/python benchmarks/zoo_matrix.py --zoo-dir ZOO_DIR                   # all models, onnx,mnn,cann
     .venv/bin/python benchmarks/zoo_matrix.py --models resnet18,bert --paths onnx,tvm-cpu --json out.json
 
-Without ``--zoo-dir`` the requested models are first materialized into a temporary directory by
-``../shared/tools/zoo/zoo.py`` (about a minute for all 36).
+``ZOO_DIR`` is an already materialized zoo; without ``--zoo-dir`` the requested models are first
+materialized into a temporary directory by ``../shared/tools/zoo/zoo.py`` (about a minute for all 36).
 
 For every model x path, ``kiln compile MODEL -o OUT --inputs inputs.npz`` runs in a subprocess
 (a fresh output folder in a temporary directory, ``--timeout`` seconds per compile) with

@@ -46,12 +46,21 @@ PIPELINES: dict[str, list[PipelineItem]] = {
 
 # Backend legalization: run by the driver on a clone of the optimized graph, per requested artifact,
 # before the backend's emit (and by the preflight, before calibration). Each backend names its own.
+# (no fold-constants here: it would fold the DequantizeLinear of int8 weights that the backends'
+# integer forms read)
 _LEGALIZE_CLEANUP = FixedPoint(
-    ("fold-constants", "eliminate-identities", "eliminate-dead-nodes"), max_steps=8, name="legalize-cleanup"
+    ("eliminate-identities", "eliminate-dead-nodes"), max_steps=8, name="legalize-cleanup"
 )
 LEGALIZATION: dict[str, list[PipelineItem]] = {
     "legalize-onnx": [],
-    "legalize-mnn": ["decompose{backend=mnn}", _LEGALIZE_CLEANUP],
+    # MNN's int8 convs: QDQ regions with a quantized output, depthwise convs left to float (MNN's
+    # int8 depthwise kernel gets zero points wrong, backends/mnn/lower/quant.py); before the cleanup's
+    # cleanup
+    "legalize-mnn": [
+        "fuse-quantized-ops{depthwise=0,float_out=0,gemm=0}",
+        "decompose{backend=mnn}",
+        _LEGALIZE_CLEANUP,
+    ],
     "legalize-cann": ["decompose{backend=cann}", _LEGALIZE_CLEANUP],
 }
 PIPELINES.update(LEGALIZATION)
@@ -73,7 +82,7 @@ def tvm_legalization(target: str, lanes: int | None) -> list[PipelineItem]:
     """
     items: list[PipelineItem] = [
         "fuse-conv-bias-act",
-        "fuse-quantized-conv",
+        "fuse-quantized-ops",
         "fold-constants",
         f"decompose{{backend=tvm,target={target}}}",
         "eliminate-dead-nodes",

@@ -147,6 +147,21 @@ def test_where_non_constant_refused() -> None:
     assert any("not constant" in r for r in reasons), reasons
 
 
+def test_and_of_bools() -> None:
+    text = "g (bool[2,16] a, bool[2,16] b) => (bool[2,16] y) { y = And(a, b) }"
+    rng = np.random.default_rng(7)
+    feeds = {"a": rng.random((2, 16)) > 0.5, "b": rng.random((2, 16)) > 0.5}
+    g = decompose_matches_ort(text_model(text, 17, 8), feeds, max_rel=0.0)  # bit-exact
+    assert op_counts(g) == {"Cast": 3, "Mul": 1}
+
+
+def test_and_kept_when_native() -> None:
+    text = "g (bool[4] a, bool[4] b) => (bool[4] y) { y = And(a, b) }"
+    feeds = {"a": np.array([1, 0, 1, 0], bool), "b": np.array([1, 1, 0, 0], bool)}
+    g = decompose_matches_ort(text_model(text, 17, 8), feeds, max_rel=0.0, table=fake_table([*ELEMENTARY, "And"]))
+    assert op_counts(g) == {"And": 1}
+
+
 def test_equal_integers() -> None:
     text = "g (int64[16] a, int64[16] b) => (bool[16] y) { y = Equal(a, b) }"
     rng = np.random.default_rng(6)

@@ -5,6 +5,9 @@
   (then c = 1 gives y + D = x and c = 0 gives y + 0 = y) and neither holds -0 (the sums give +0).
   This is the attention-mask form left after the default pipeline in bert, distilbert,
   albert, mobilebert, gpt2 and t5: Where(mask, 0, -FLT_MAX), with D = FLT_MAX.
+* and-mul: And(a, b) = Cast(Mul(Cast(a, int32), Cast(b, int32)), bool) for bool a, b (in {0, 1}
+  the product is the conjunction, exactly); the attention masks of bert-style encoders combine a
+  constant causal/padding mask with the input mask this way.
 * equal-compare: Equal(a, b) = Not(Or(Less(a, b), Greater(a, b))) for integer a, b (a total
   order; for floats NaN would compare neither less nor greater, so they are refused).
 """
@@ -14,11 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.ir.graph import Graph, Node
+from compiler.ir.types import DType
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
 from passes.decompositions._util import base_name, replace_outputs
 
-__all__ = ["WHERE_AFFINE", "EQUAL_COMPARE", "where_affine_reason"]
+__all__ = ["WHERE_AFFINE", "AND_MUL", "EQUAL_COMPARE", "where_affine_reason"]
 
 
 def where_affine_reason(x: np.ndarray | None, y: np.ndarray | None) -> str | None:
@@ -63,6 +67,34 @@ WHERE_AFFINE = register_decomposition(
         _where_check,
         _where_rewrite,
         "Where(c, x, y) = y + Cast(c) * (x - y) for constant float x, y that round-trip",
+    )
+)
+
+
+def _and_check(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
+    kinds = {v.type.dtype for v in ins if v is not None}
+    return None if kinds == {DType.BOOL} else "inputs are not bool"
+
+
+def _and_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
+    a, c = graph.inputs_of(node)
+    assert a is not None and c is not None
+    b, i32 = base_name(node), int(DType.INT32)
+    ia = rw.op("Cast", [a], {"to": i32}, name=f"{b}_a")
+    ic = rw.op("Cast", [c], {"to": i32}, name=f"{b}_b")
+    prod = rw.op("Mul", [ia, ic], name=f"{b}_mul")
+    replace_outputs(rw, node, [rw.op("Cast", [prod], {"to": int(DType.BOOL)}, name=b)])
+
+
+AND_MUL = register_decomposition(
+    Decomposition(
+        "and-mul",
+        "And",
+        ("Cast", "Mul"),
+        _and_check,
+        _and_rewrite,
+        "And(a, b) = Cast(Cast(a, int32) * Cast(b, int32), bool) for bool a, b",
     )
 )
 
