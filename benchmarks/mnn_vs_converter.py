@@ -86,7 +86,7 @@ def make_files(model: Path, shapes: Mapping[str, tuple[int, ...]], work: Path) -
             inputs=real if real.is_file() else None,
             verify=False,
             progress=False,
-            mnn=mnn,
+            backend_options={"mnn": mnn},
         )
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             compile_model(opts)

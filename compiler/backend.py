@@ -29,6 +29,7 @@ from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node
 
 if TYPE_CHECKING:
     from compiler.options import CompileOptions
+    from compiler.pass_infra import PassContext
     from compiler.pass_manager import PipelineItem
 
 __all__ = [
@@ -176,8 +177,12 @@ class Backend(Protocol):
         """The pass pipeline that makes a graph writable for ``target`` (run on a clone)."""
         ...
 
-    def emit(self, graph: Graph, out_dir: Path, options: CompileOptions, target: str) -> list[Artifact]:
-        """Write the artifacts of the legalized ``graph`` into ``out_dir``."""
+    def emit(self, graph: Graph, out_dir: Path, ctx: PassContext, target: str) -> list[Artifact]:
+        """Write the artifacts of the legalized ``graph`` into ``out_dir``.
+
+        ``ctx`` is the context the legalization ran in: ``ctx.options`` holds the CompileOptions
+        and ``ctx.state`` what the legalization passes left for the writer (e.g. MNN's GPTQ levels).
+        """
         ...
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

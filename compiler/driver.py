@@ -121,8 +121,9 @@ def compile_model(options: CompileOptions) -> CompileResult:
     with atomic_output_dir(options.out_dir) as tmp:
         artifacts: list[Artifact] = []
         for req in requests:
-            legal = legalize(graph, req, options, instruments_for(options, timing, f"legalize-{req.label}"))
-            artifacts.extend(req.backend.emit(legal, tmp, options, req.target))
+            stage = f"legalize-{req.label}"
+            legal, ctx = legalize(graph, req, options, instruments_for(options, timing, stage))
+            artifacts.extend(req.backend.emit(legal, tmp, ctx, req.target))
         if outcome is not None:
             _write_quant_files(outcome, options, tmp)
         checks: list[ArtifactCheck] = []

@@ -43,6 +43,9 @@ class PassContext:
     # what passes hand to later passes and to the driver, by producing pass name
     # (e.g. "calibrate" -> its Calibration, "quantize-int8" -> its QuantOutcome)
     state: dict[str, Any] = field(default_factory=dict)
+    # True while the preflight legalizes only to ask the backends' tables: passes that measure or
+    # calibrate (e.g. GPTQ weight rounding) do nothing then
+    preflight: bool = False
 
 
 @dataclass(frozen=True)

@@ -54,12 +54,13 @@ _LEGALIZE_CLEANUP = FixedPoint(
 LEGALIZATION: dict[str, list[PipelineItem]] = {
     "legalize-onnx": [],
     # MNN's int8 convs: QDQ regions with a quantized output, depthwise convs left to float (MNN's
-    # int8 depthwise kernel gets zero points wrong, backends/mnn/lower/quant.py); before the cleanup's
-    # cleanup
+    # int8 depthwise kernel gets zero points wrong, backends/mnn/lower/quant.py); last, GPTQ levels of
+    # weight-only int8/int4 weights with --calib (a pass of the MNN backend's, registered with it)
     "legalize-mnn": [
         "fuse-quantized-ops{depthwise=0,float_out=0,gemm=0}",
         "decompose{backend=mnn}",
         _LEGALIZE_CLEANUP,
+        "mnn-gptq-weights",
     ],
     "legalize-cann": ["decompose{backend=cann}", _LEGALIZE_CLEANUP],
 }

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from compiler.backend import CapabilityTable, Request
     from compiler.instruments import Instrument
     from compiler.options import CompileOptions
+    from compiler.pass_infra import PassContext
 
 __all__ = ["Gap", "CapabilityError", "find_gaps", "legalize", "preflight", "walk_nodes"]
 
@@ -80,24 +81,27 @@ def legalize(
     request: Request,
     options: CompileOptions | None,
     instruments: Sequence[Instrument] = (),
-) -> Graph:
-    """A clone of ``graph`` after ``request``'s legalization pipeline (under the PassManager)."""
+    *,
+    preflight: bool = False,
+) -> tuple[Graph, PassContext]:
+    """A clone of ``graph`` after ``request``'s legalization pipeline (under the PassManager), and
+    the context it ran in (the backend's emit reads its options and state from it)."""
     from compiler.pass_infra import PassContext
     from compiler.pass_manager import PassManager
 
     g = graph.clone()
+    ctx = PassContext(verify_each=True, options=options, preflight=preflight)
     items = request.backend.legalization(request.target, options)
     if items:
-        ctx = PassContext(verify_each=True, options=options)
         PassManager(items, ctx, list(instruments)).run(g)
-    return g
+    return g, ctx
 
 
 def preflight(graph: Graph, requests: Sequence[Request], options: CompileOptions | None, source: str) -> None:
     """Raise one CapabilityError listing every gap of every request, or return when there is none."""
     gaps: list[Gap] = []
     for req in requests:
-        legal = legalize(graph, req, options)
+        legal, _ = legalize(graph, req, options, preflight=True)
         gaps.extend(find_gaps(legal, req.backend.capabilities(req.target), req.label))
     if gaps:
         raise CapabilityError(source, gaps)

@@ -27,6 +27,7 @@ from compiler.ir.graph import Graph, Node
 from compiler.ir.types import DType, TensorType
 from compiler.ops.registry import all_ops
 from compiler.options import CompileOptions
+from compiler.pass_infra import PassContext
 from compiler.pipelines import pipeline
 
 DYNAMIC = "dynamic shape (fix it with --input-shape)"
@@ -154,7 +155,7 @@ def test_mnn_backend_protocol(tmp_path: Path) -> None:
     options = CompileOptions(
         model=Path("conv.onnx"), out_dir=tmp_path, emit=("mnn",), backend_options={"mnn": MnnOptions()}
     )
-    (art,) = MNN.emit(g, tmp_path, options, "mnn")
+    (art,) = MNN.emit(g, tmp_path, PassContext(options=options), "mnn")
     assert isinstance(art, Artifact) and (art.kind, art.path, art.precision) == ("mnn", "model.mnn", "fp32")
     assert (tmp_path / "model.mnn").stat().st_size > 0
 
@@ -171,11 +172,5 @@ def test_onnx_backend_protocol(tmp_path: Path) -> None:
     g, topk = _topk_graph()
     assert table.reason(g, topk) is None
     options = CompileOptions(model=Path("topk.onnx"), out_dir=tmp_path)
-    (art,) = ONNX.emit(g, tmp_path, options, "onnx")
+    (art,) = ONNX.emit(g, tmp_path, PassContext(options=options), "onnx")
     assert isinstance(art, Artifact) and art.path == "model.onnx" and (tmp_path / "model.onnx").exists()
-
-
-def test_one_artifact_class() -> None:
-    import backends.registry
-
-    assert backends.registry.Artifact is Artifact

@@ -1,4 +1,5 @@
-"""kiln::QConv and fuse-quantized-conv: op reference vs onnxruntime, structure on real int8 models,
+"""kiln::QConv and fuse-quantized-ops on convs (Gemm/MatMul: test_pass_fuse_quantized_ops.py): op
+reference vs onnxruntime, structure on real int8 models,
 must-not-fire reasons, idempotence, and the interpreter on the rewritten graph vs onnxruntime on
 Kiln's QDQ export."""
 
@@ -29,7 +30,8 @@ from tests.helpers.numerics import agreement, assert_close
 from tests.helpers.onnx_text import rand, text_model
 from tests.helpers.pass_check import op_counts, ort, ort_graph, run_passes
 
-PASS = "fuse-quantized-conv"
+PASS = "fuse-quantized-ops"
+CONVS_ONLY = "fuse-quantized-ops{gemm=0}"
 LSB = 1  # quantized tensors: at most one step apart
 FLOAT_RTOL = 1e-5  # float32 outputs: |a - e| <= FLOAT_RTOL * max(1, max|e|)
 MIN_COSINE = 0.999
@@ -196,7 +198,7 @@ def test_pass_is_registered_but_not_in_default_pipeline() -> None:
 def test_every_conv_becomes_qconv(quantized: Quantized) -> None:
     g = quantized.qdq_graph.clone()
     ctx = PassContext()
-    result = run_passes(g, [PASS], ctx)
+    result = run_passes(g, [CONVS_ONLY], ctx)
     stem = quantized.stem
     _, n_int, n_float = MODELS[stem]
     counts = op_counts(g)
@@ -210,8 +212,8 @@ def test_every_conv_becomes_qconv(quantized: Quantized) -> None:
     assert _const_dqs(g) == _const_dqs(quantized.qdq_graph, skip=("Conv", "FusedConv"))
     if stem == "yunet_n_320":  # 2 relu convs feed both a float MaxPool and the next conv's Q
         miss = Counter((m.rule, m.reason) for m in ctx.near_misses)
-        assert miss == {("quantized-conv", "conv output has users besides the QuantizeLinear"): 2}
-    assert not run_passes(g, [PASS]).changed  # idempotent
+        assert miss == {("quantized-conv", "output has users besides the QuantizeLinear"): 2}
+    assert not run_passes(g, [CONVS_ONLY]).changed  # idempotent
 
 
 def _const_dqs(g: Graph, skip: tuple[str, ...] = ()) -> int:
@@ -334,7 +336,7 @@ def test_interpreter_after_pass_matches_ort_on_qdq(quantized: Quantized) -> None
 
 
 def test_choose_layout_blocks_every_qconv_exactly(quantized: Quantized) -> None:
-    """After fuse-quantized-conv, choose-layout blocks every QConv in multiples of 4 channels
+    """After fuse-quantized-ops, choose-layout blocks every QConv in multiples of 4 channels
     (int8 dot instructions take 4 at once) and the interpreter's outputs do not move at all."""
     g = quantized.qdq_graph.clone()
     run_passes(g, [PASS, "eliminate-dead-nodes"])

@@ -38,7 +38,7 @@ def _lowered_graph(model: Path, target: str) -> Graph:
     """The integer graph the backend lowered for the exported QDQ ``model``.
 
     The compile fused each Conv with its activation (fuse-conv-bias-act) before quantizing; the QDQ
-    export spells that as Conv -> act, so fuse them again before fuse-quantized-conv (prepare_graph)
+    export spells that as Conv -> act, so fuse them again before fuse-quantized-ops (prepare_graph)
     builds the same kiln::QConv nodes: QConv(relu) requantizes in float64 in one step, which
     QConv(float out) -> Relu -> QuantizeLinear does not.
     """

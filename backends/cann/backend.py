@@ -20,7 +20,7 @@ from compiler.errors import OptionError
 if TYPE_CHECKING:
     from backends.cann.lower import LowerFn
     from compiler.ir.graph import Graph
-    from compiler.options import CompileOptions
+    from compiler.pass_infra import PassContext
 
 __all__ = ["BACKEND", "CannBackend"]
 
@@ -35,11 +35,11 @@ class CannBackend(BackendBase):
 
         return capabilities()
 
-    def emit(self, graph: Graph, out_dir: Path, options: CompileOptions, target: str) -> list[Artifact]:
+    def emit(self, graph: Graph, out_dir: Path, ctx: PassContext, target: str) -> list[Artifact]:
         """Write ``model.om`` (see :func:`backends.cann.emit.emit_cann`)."""
         from backends.cann.emit import emit_cann
 
-        return emit_cann(graph, out_dir, options)
+        return emit_cann(graph, out_dir, ctx.options)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """``--cann-schema``."""

@@ -33,6 +33,6 @@ class CannOptions:
 
 
 def cann_options(options: Any) -> CannOptions:
-    """The CANN options a compile carries: ``backend_options["cann"]``, else the older ``cann`` field."""
-    found = (getattr(options, "backend_options", None) or {}).get("cann") or getattr(options, "cann", None)
-    return found if found is not None else CannOptions()
+    """The CANN options a compile carries (``CompileOptions.backend_options["cann"]``), else the defaults."""
+    found = options.backend("cann")
+    return found if isinstance(found, CannOptions) else CannOptions()

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from backends.mnn.lower.registry import LowerFn
     from compiler.ir.graph import Graph
     from compiler.options import CompileOptions
+    from compiler.pass_infra import PassContext
+    from compiler.pass_manager import PipelineItem
 
 __all__ = ["BACKEND", "MnnBackend"]
 
@@ -35,17 +37,23 @@ def _emit_kinds(emit: str | Sequence[str] | None) -> set[str]:
 class MnnBackend(BackendBase):
     """``.mnn`` files for Alibaba's MNN runtime; options: :class:`MnnOptions` (``--mnn-*`` flags)."""
 
+    def legalization(self, target: str, options: CompileOptions | None) -> list[PipelineItem]:
+        """``legalize-mnn`` (its last pass, ``mnn-gptq-weights``, is this backend's own)."""
+        import backends.mnn.gptq_pass  # noqa: F401  (registers mnn-gptq-weights)
+
+        return super().legalization(target, options)
+
     def capabilities(self, target: str) -> CapabilityTable[LowerFn]:
         """The MNN op table (:data:`backends.mnn.lower.table.TABLE`; static shapes required)."""
         from backends.mnn.lower.table import TABLE
 
         return TABLE
 
-    def emit(self, graph: Graph, out_dir: Path, options: CompileOptions, target: str) -> list[Artifact]:
+    def emit(self, graph: Graph, out_dir: Path, ctx: PassContext, target: str) -> list[Artifact]:
         """Write ``model.mnn`` (and ``model.mnn.weight``) into ``out_dir`` (see :mod:`backends.mnn.emit`)."""
         from backends.mnn.emit import emit_mnn
 
-        return emit_mnn(graph, out_dir, options)
+        return emit_mnn(graph, out_dir, ctx.options, ctx.state.get("mnn-gptq-weights"))
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """The ``--mnn-*`` and ``--external-weights`` flags (``--calib`` is the quantizer's)."""

@@ -7,11 +7,13 @@ on the same inputs verification uses (``--inputs``, else seeded random inputs).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from backends.mnn.options import MnnOptions
+from backends.mnn.weights import WeightStorage
 from backends.mnn.writer import write_mnn
 from compiler.backend import Artifact
 from compiler.errors import OptionError
@@ -19,20 +21,18 @@ from compiler.input_spec import check_inputs, load_inputs, random_inputs
 from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
 
-__all__ = ["emit_mnn", "mnn_options_of", "MODEL_FILE"]
+__all__ = ["emit_mnn", "mnn_options_of", "plan_feeds", "MODEL_FILE"]
 
 MODEL_FILE = "model.mnn"
 
 
 def mnn_options_of(options: CompileOptions) -> MnnOptions:
     """The MnnOptions a compile carries (``backend_options["mnn"]``), else the defaults."""
-    mnn = (getattr(options, "backend_options", None) or {}).get("mnn")
-    if mnn is None:  # CompileOptions before backend_options: a field of its own
-        mnn = getattr(options, "mnn", None)
-    return mnn if mnn is not None else MnnOptions()
+    mnn = options.backend("mnn")
+    return mnn if isinstance(mnn, MnnOptions) else MnnOptions()
 
 
-def _plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[str, np.ndarray] | None:
+def plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[str, np.ndarray] | None:
     """The inputs the weight plan is measured on: those verification uses (--inputs or --seed)."""
     if mnn.target_cosine <= 0.0:
         return None
@@ -42,8 +42,17 @@ def _plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[
     return random_inputs(types, options.seed)
 
 
-def emit_mnn(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artifact]:
-    """Write the optimized graph as an MNN model into the (temporary) output directory."""
+def emit_mnn(
+    graph: Graph,
+    out_dir: Path,
+    options: CompileOptions,
+    storage: Mapping[int, WeightStorage] | None = None,
+) -> list[Artifact]:
+    """Write the legalized graph as an MNN model into the (temporary) output directory.
+
+    ``storage`` is the per-node weight storage the ``mnn-gptq-weights`` pass chose (GPTQ levels
+    with ``--calib``); None: the writer plans the storage itself (nearest rounding).
+    """
     mnn = mnn_options_of(options)
     if options.quant is not None and options.quant.mode == "fp16":
         raise OptionError(
@@ -53,12 +62,7 @@ def emit_mnn(graph: Graph, out_dir: Path, options: CompileOptions) -> list[Artif
         raise OptionError(
             "--emit mnn: MnnOptions.calib (GPTQ weight-only rounding) and --quantize are exclusive"
         )
-    feeds = _plan_feeds(graph, options, mnn)
-    storage = None
-    if mnn.calib is not None:  # GPTQ-rounded int levels; the fp16 fallback plan is measured on them
-        from backends.mnn.gptq_weights import gptq_plan
-
-        storage = gptq_plan(graph, mnn, feeds, options.model.name).storage
+    feeds = plan_feeds(graph, options, mnn)
     write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, feeds, storage)
     # Full int8 (--quantize int8): QDQ regions are written as MNN int8 casts (backends.mnn.lower.quant),
     # so the artifact is judged with the int8 tolerance, like the QDQ ONNX model.

@@ -17,7 +17,7 @@ from compiler.ops.registry import OpDef, all_ops
 
 if TYPE_CHECKING:
     from compiler.ir.graph import Graph
-    from compiler.options import CompileOptions
+    from compiler.pass_infra import PassContext
 
 __all__ = ["BACKEND", "OnnxBackend", "onnx_table"]
 
@@ -36,11 +36,11 @@ class OnnxBackend(BackendBase):
         """The ops the ONNX exporter writes (:func:`onnx_table`)."""
         return onnx_table()
 
-    def emit(self, graph: Graph, out_dir: Path, options: CompileOptions, target: str) -> list[Artifact]:
+    def emit(self, graph: Graph, out_dir: Path, ctx: PassContext, target: str) -> list[Artifact]:
         """Export the optimized graph to ``out_dir/model.onnx`` (see :mod:`backends.onnx.emit`)."""
         from backends.onnx.emit import emit_onnx
 
-        return emit_onnx(graph, out_dir, options)
+        return emit_onnx(graph, out_dir, ctx.options)
 
 
 BACKEND = OnnxBackend(name="onnx", flag="--emit", runtime=None, legalization_pipeline="legalize-onnx")

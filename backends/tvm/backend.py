@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from backends.tvm.lowering.table import Rule
     from compiler.ir.graph import Graph
     from compiler.options import CompileOptions
+    from compiler.pass_infra import PassContext
     from compiler.pass_manager import PipelineItem
 
 __all__ = ["BACKEND", "TvmBackend", "legalization_for"]
@@ -53,11 +54,11 @@ class TvmBackend(BackendBase):
         """:func:`compiler.pipelines.tvm_legalization` for ``target``."""
         return legalization_for(resolve_target(target))
 
-    def emit(self, graph: Graph, out_dir: Path, options: CompileOptions, target: str) -> list[Artifact]:
+    def emit(self, graph: Graph, out_dir: Path, ctx: PassContext, target: str) -> list[Artifact]:
         """Compile the legalized ``graph`` and write ``<target>/model.so`` plus ``model.json``."""
         from backends.tvm.emit import write_tvm
 
-        return write_tvm(graph, out_dir, options, target)
+        return write_tvm(graph, out_dir, ctx.options, target)
 
 
 BACKEND = TvmBackend(name="tvm", flag="--target", runtime=(".so", "backends.tvm.runtime:run_tvm"))

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from compiler.ir.graph import Graph
     from compiler.options import CompileOptions
 
-__all__ = ["write_tvm", "emit_tvm", "prepare_graph", "LIBRARY", "META"]
+__all__ = ["write_tvm", "prepare_graph", "LIBRARY", "META"]
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +43,6 @@ def prepare_graph(graph: Graph, target: TargetSpec) -> tuple[Graph, list[dict[st
     g = graph.clone()
     PassManager(legalization_for(target)).run(g)
     return g, layout_decisions(g)
-
-
-def emit_tvm(graph: Graph, out_dir: Path, options: CompileOptions, target_name: str) -> list[Artifact]:
-    """Legalize a clone of ``graph`` (:func:`prepare_graph`), then :func:`write_tvm` it.
-
-    For callers that do not run ``BACKEND.legalization`` themselves.
-    """
-    return write_tvm(prepare_graph(graph, resolve_target(target_name))[0], out_dir, options, target_name)
 
 
 def write_tvm(graph: Graph, out_dir: Path, options: CompileOptions, target_name: str) -> list[Artifact]:

@@ -15,6 +15,7 @@ from compiler.ops import (  # noqa: F401  (registration side effects)
     normalization,
     pooling,
     qconv,
+    qgemm,
     quantize,
     random,
     reduce,

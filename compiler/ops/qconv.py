@@ -52,7 +52,10 @@ __all__ = [
     "qconv_requant_bounds",
     "linear_requant",
     "linear_requant_form",
+    "linear_requantize",
     "qconv_accumulate",
+    "add_dequantize",
+    "scale_array",
 ]
 
 QCONV_OUT_DTYPES = {"uint8": DType.UINT8, "int8": DType.INT8, "float32": DType.FLOAT32}
@@ -217,25 +220,34 @@ def _reference(ins: list[np.ndarray | None], a: QConvAttrs, n: int) -> list[np.n
     return [bl.pack(q, ob) if ob else q]
 
 
+def linear_requantize(
+    acc: np.ndarray, m: np.ndarray, bounds: tuple[float, float], y_zero: int, out_dtype: str
+) -> np.ndarray:
+    """The linear requantize form (module docstring) of the int64 ``acc``; ``m`` broadcasts to it."""
+    v = np.minimum(np.maximum(acc.astype(np.float64) * m, bounds[0]), bounds[1])
+    dt = QCONV_OUT_DTYPES[out_dtype].numpy
+    info = np.iinfo(dt)
+    return np.clip(np.rint(v) + np.float64(y_zero), info.min, info.max).astype(dt)
+
+
 def _linear_reference(acc: np.ndarray, a: QConvAttrs, spatial: int) -> np.ndarray:
     """The linear requantize form (module docstring) on the int64 accumulator."""
     m = qconv_requant_multiplier(a.x_scale, a.w_scales, a.y_scale).reshape(-1, *(1,) * spatial)
-    v = acc.astype(np.float64) * m
-    lo, hi = qconv_requant_bounds(a.activation, a.alpha, a.beta, a.y_scale)
-    v = np.minimum(np.maximum(v, lo), hi)
-    dt = QCONV_OUT_DTYPES[a.out_dtype].numpy
-    info = np.iinfo(dt)
-    return np.clip(np.rint(v) + np.float64(a.y_zero), info.min, info.max).astype(dt)
+    bounds = qconv_requant_bounds(a.activation, a.alpha, a.beta, a.y_scale)
+    return linear_requantize(acc, m, bounds, a.y_zero, a.out_dtype)
 
 
-def _dq(g: Graph, v: Value, scale: np.ndarray, zero: np.ndarray, name: str) -> Value:
+def add_dequantize(
+    g: Graph, v: Value, scale: np.ndarray, zero: np.ndarray, name: str, axis: int = 0
+) -> Value:
+    """A new DequantizeLinear(v, scale, zero) named ``name`` (per ``axis`` when ``scale`` is 1-D)."""
     s = g.add_constant(scale, f"{name}_scale")
     z = g.add_constant(zero, f"{name}_zp")
-    attrs = {"axis": 0} if scale.ndim == 1 else None
+    attrs = {"axis": axis} if scale.ndim == 1 else None
     return g.value(g.add_node("DequantizeLinear", [v, s, z], attrs, name=name))
 
 
-def _scales(values: np.ndarray) -> np.ndarray:
+def scale_array(values: np.ndarray) -> np.ndarray:
     """A per-tensor scale as a scalar, a per-channel one as a vector."""
     return values.reshape(()) if values.size == 1 else values
 
@@ -248,19 +260,21 @@ def _expand(g: Graph, node: Node) -> list[Value]:
     x, w = ins[0], ins[1]
     assert x is not None and w is not None
     xdt = x.type.dtype.numpy
-    dx = _dq(g, x, np.array(a.x_scale, np.float32), np.array(a.x_zero, xdt), f"{base}_x_dq")
-    ws = _scales(np.asarray(a.w_scales, np.float32))
-    dw = _dq(g, w, ws, np.zeros(ws.shape, np.int8), f"{base}_w_dq")
+    dx = add_dequantize(g, x, np.array(a.x_scale, np.float32), np.array(a.x_zero, xdt), f"{base}_x_dq")
+    ws = scale_array(np.asarray(a.w_scales, np.float32))
+    dw = add_dequantize(g, w, ws, np.zeros(ws.shape, np.int8), f"{base}_w_dq")
     fused: list[Value | None] = [dx, dw]
     b = ins[2] if len(ins) > 2 else None
     if b is not None:
-        bs = _scales(qconv_multiplier(a.x_scale, a.w_scales))
-        fused.append(_dq(g, b, bs, np.zeros(bs.shape, np.int32), f"{base}_b_dq"))
+        bs = scale_array(qconv_multiplier(a.x_scale, a.w_scales))
+        fused.append(add_dequantize(g, b, bs, np.zeros(bs.shape, np.int32), f"{base}_b_dq"))
     r = ins[3] if len(ins) > 3 else None
     if r is not None:
         rdt = r.type.dtype.numpy
         fused += [None] * (3 - len(fused))
-        fused.append(_dq(g, r, np.array(a.r_scale, np.float32), np.array(a.r_zero, rdt), f"{base}_r_dq"))
+        fused.append(
+            add_dequantize(g, r, np.array(a.r_scale, np.float32), np.array(a.r_zero, rdt), f"{base}_r_dq")
+        )
     y = g.value(g.add_node("FusedConv", fused, _fused_attrs(a), domain=KILN, name=f"{base}_float"))
     if a.out_dtype == "float32":
         return [y]

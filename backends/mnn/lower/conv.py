@@ -19,13 +19,13 @@ from backends.mnn.lower.context import LowerContext
 from backends.mnn.lower.registry import Lowering, WeightView
 from backends.mnn.lower.slicing import emit_strided_slice
 from backends.mnn.model import Table
-from backends.mnn.weights import conv_weight_fields
+from backends.mnn.weights import WeightStorage, conv_weight_fields
 from compiler.ir.graph import Graph, Node
 from compiler.ops.conv import conv_transpose_geometry
 from compiler.ops.shapes import resolve_pads, window_params
 from schemas.mnn.schema import fb
 
-__all__ = ["LOWERINGS", "conv_common", "emit_conv", "conv_weight", "conv_transpose_weight"]
+__all__ = ["LOWERINGS", "conv_common", "emit_conv", "write_conv", "conv_weight", "conv_transpose_weight"]
 
 
 def conv_common(
@@ -72,10 +72,13 @@ def emit_conv(
     common: Table,
     view: WeightView,
     bias: np.ndarray,
+    storage: WeightStorage | None = None,
 ) -> None:
-    """Emit one conv-family op (NC4HW4 in and out) with ``node``'s weights as planned."""
-    block = view.block_elems(ctx.options.block_size)
-    weights = conv_weight_fields(view.rows, bias, ctx.storage(node), ctx.external, block)
+    """Emit one conv-family op (NC4HW4 in and out) with ``node``'s weights as planned (or as
+    ``storage`` says: integer levels given as they are, one scale per row)."""
+    block = view.block_elems(ctx.options.block_size) if storage is None else None
+    storage = ctx.storage(node) if storage is None else storage
+    weights = conv_weight_fields(view.rows, bias, storage, ctx.external, block)
     ctx.emit(op_type, name, [x], [out], Table("Convolution2D", {"common": common, **weights}))
 
 
@@ -117,20 +120,31 @@ def _check_conv(graph: Graph, node: Node) -> str | None:
 
 
 def _lower_conv(ctx: LowerContext, node: Node) -> None:
+    ins = ctx.graph.inputs_of(node)
+    w_value = ins[1]
+    assert w_value is not None and w_value.const is not None
+    b_value = ins[2] if len(ins) > 2 else None
+    oc = w_value.const.shape[0]
+    bias = b_value.const if b_value is not None and b_value.const is not None else np.zeros(oc, np.float32)
+    write_conv(ctx, node, conv_weight(ctx.graph, node), bias)
+
+
+def write_conv(
+    ctx: LowerContext, node: Node, view: WeightView, bias: np.ndarray, storage: WeightStorage | None = None
+) -> int:
+    """Write a Conv-like ``node`` (FusedConv attributes; input 3: residual) with weights ``view``
+    and float ``bias``, then its residual Add and activation; returns the output tensor."""
     g = ctx.graph
     ins = g.inputs_of(node)
     x_value, w_value = ins[0], ins[1]
-    assert x_value is not None and w_value is not None and w_value.const is not None
+    assert x_value is not None and w_value is not None
     a = node.attrs
-    w = w_value.const.astype(np.float32)
-    oc, icg, kh, kw = w.shape
+    oc, icg, kh, kw = w_value.type.static_shape
     shape = ctx.shape(x_value)
     ic = shape[1]
     kernel = (kh, kw)
     strides, dilations, pads = window_params(2, kernel, a.strides, a.dilations, a.pads)
     pads = resolve_pads(a.auto_pad, shape[2:], kernel, strides, dilations, pads)
-    b_value = ins[2] if len(ins) > 2 else None
-    bias = b_value.const if b_value is not None and b_value.const is not None else np.zeros(oc, np.float32)
     residual = ins[3] if len(ins) > 3 else None
     act, alpha, beta = getattr(a, "activation", "none"), getattr(a, "alpha", 0.0), getattr(a, "beta", 0.0)
     flag = act if residual is None and act in ("relu", "relu6") else None
@@ -144,9 +158,9 @@ def _lower_conv(ctx: LowerContext, node: Node) -> None:
     post = residual is not None or (act != "none" and flag is None)
     conv_out = ctx.temp(f"{value.name}__conv") if post else out
     op_type = "ConvolutionDepthwise" if depthwise else "Convolution"
-    emit_conv(ctx, node, op_type, name, x, conv_out, common, conv_weight(g, node), bias)
+    emit_conv(ctx, node, op_type, name, x, conv_out, common, view, bias, storage)
     if not post:
-        return
+        return out
     y = conv_out
     if residual is not None:
         fuse_relu = act == "relu"
@@ -158,9 +172,10 @@ def _lower_conv(ctx: LowerContext, node: Node) -> None:
         )
         ctx.emit("BinaryOp", f"{name}__residual", [conv_out, z], [added], param)
         if fuse_relu or act == "none":
-            return
+            return out
         y = added
     emit_activation(ctx, act, alpha, beta, y, out, Format.NC4HW4, f"{name}__{act}")
+    return out
 
 
 # --------------------------------------------------------------- ConvTranspose

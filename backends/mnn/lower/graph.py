@@ -25,7 +25,7 @@ import numpy as np
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext, mnn_dtype
 from backends.mnn.lower.linear import reshape_table
-from backends.mnn.lower.quant import finish_int8, fold_weight_dequant, int8_convs, integer_form
+from backends.mnn.lower.quant import expand_qconv, finish_int8, fold_weight_dequant, integer_form
 from backends.mnn.lower.table import TABLE
 from backends.mnn.model import MnnNet, MnnOp, Table
 from backends.mnn.options import MnnOptions
@@ -77,12 +77,11 @@ def lower_graph(
 
     ``plan`` overrides the weight storage of single nodes (by node id).
     """
+    int8_form = integer_form(graph)
+    if not int8_form:
+        graph = expand_qconv(graph)  # the explicit form runs convs in float
     graph = fold_weight_dequant(graph)
     check_supported(graph, source)
-    int8_form = integer_form(graph)
-    if int8_form:
-        # MNN's int8 convs: symmetric int8 IDST weights (scaleIn/scaleOut added by finish_int8)
-        plan = {**dict(plan or {}), **{n.id: WeightStorage("int8") for n in int8_convs(graph)}}
     ctx = LowerContext(graph, options, plan)
     ctx.int8_form = int8_form
     for v in graph.inputs:

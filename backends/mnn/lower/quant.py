@@ -3,13 +3,16 @@
 * ``DequantizeLinear`` of a constant (a weight) is folded into a float constant before
   lowering (:func:`fold_weight_dequant`); a conv that stays in float is then written like any
   float layer (and takes the ``--mnn-weights`` storage).
-* **Integer form** (:func:`integer_form`, :func:`int8_convs`, :func:`finish_int8`), written
-  whenever every activation Q/DQ is per-tensor, for both activation types: Q/DQ pairs become
-  per-tensor ``quantInfo`` in ``extraTensorDescribe`` (no cast ops; MNN inserts its own), and a
-  conv between a DQ and Qs becomes MNN's int8 conv (symmetric int8 IDST weights, ``scaleIn`` /
-  ``scaleOut``, ``symmetricQuan`` metadata). uint8 grids map exactly onto int8:
+* **Integer form** (:func:`integer_form`, :func:`finish_int8`), written whenever every
+  activation Q/DQ is per-tensor, for both activation types: Q/DQ pairs become per-tensor
+  ``quantInfo`` in ``extraTensorDescribe`` (no cast ops; MNN inserts its own), and a
+  ``kiln::QConv`` (the QDQ conv regions the ``fuse-quantized-ops{depthwise=0,...}`` step of
+  ``legalize-mnn`` found) becomes MNN's int8 conv: its int8 weights and weight scales as
+  symmetric IDST int8 weights, its int32 bias as ``bias_q * s_x * s_w``, then ``scaleIn`` /
+  ``scaleOut`` and ``symmetricQuan`` metadata. uint8 grids map exactly onto int8:
   ``q_int8 = q_uint8 - 128``, zero point ``z - 128``, same scale.
-* **Explicit form** (otherwise): an activation ``QuantizeLinear`` becomes ``FloatToInt8``
+* **Explicit form** (otherwise): each ``kiln::QConv`` is expanded back into its QDQ definition
+  (:func:`expand_qconv`), an activation ``QuantizeLinear`` becomes ``FloatToInt8``
   (``tensorScale = 1/s``) and a ``DequantizeLinear`` ``Int8ToFloat`` (``tensorScale = s``), with
   ``QuantizedFloatParam`` as MNN's legacy form stores it (NOTES §2); convs run in float.
 
@@ -20,7 +23,10 @@ QDQ model in onnxruntime, and *source*: ``CPUConvolution::MutableResourceInt8``)
   clamp from the output's min/max): results equal the QDQ model's;
 * int8 ``ConvolutionDepthwise`` does **not** (errors of several LSB with zero points != 0; with
   zero points 0 exact on tiny nets but drifting on yunet), so depthwise convs are written with float weights:
-  MNN casts around it, which is exactly the QDQ model's fake-quant;
+  MNN casts around it, which is exactly the QDQ model's fake-quant (``legalize-mnn`` does not fuse
+  them: ``depthwise=0``; *observed* on yunet_n_320 with ``--activation-type int8``: obj_32
+  cosine 0.9812 with int8 depthwise kernels, 0.9865 with float ones, against 0.9854 for the
+  QDQ model);
 * int8 ``Pooling`` came out ~128 LSB off on an asymmetric grid, was wrong when fed through a
   runtime cast even on a symmetric grid, and pads a MaxPool with q = 0; such a Pooling runs in
   float between identity depthwise 1x1 convs with float weights (:func:`_float_islands`), so
@@ -36,11 +42,18 @@ import logging
 import numpy as np
 
 from backends.mnn.layout import Format
+from backends.mnn.lower.activation import SUPPORTED_ACTIVATIONS
 from backends.mnn.lower.context import LowerContext
+from backends.mnn.lower.conv import conv_weight, write_conv
 from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import MnnNet, MnnOp, Table, TensorQuant
+from backends.mnn.weights import WeightStorage
 from compiler.ir.graph import Graph, Node
 from compiler.ir.types import DType
+from compiler.ops.fused import KILN
+from compiler.ops.qconv import qconv_multiplier
+from compiler.ops.registry import get_op
+from schemas.mnn.quantized_weights import QuantizedWeights
 from schemas.mnn.schema import fb
 
 __all__ = [
@@ -49,7 +62,7 @@ __all__ = [
     "emit_int8_to_float",
     "from_quantize",
     "integer_form",
-    "int8_convs",
+    "expand_qconv",
     "finish_int8",
 ]
 
@@ -223,7 +236,7 @@ def _lower_dq(ctx: LowerContext, node: Node) -> None:
 
 
 # ------------------------------------------------------- the 3.x integer form
-_CONVS = ("Conv", "kiln::FusedConv")
+_QCONV = "kiln::QConv"
 
 
 def _zero_int8(graph: Graph, node: Node) -> int | None:
@@ -257,7 +270,8 @@ def integer_form(graph: Graph) -> bool:
     That form stores only per-tensor ``quantInfo`` (symmetric: zero 0, range [-127, 127];
     asymmetric uint8: zero z - 128, range [-128, 127]) and lets the runtime insert the casts,
     so every activation QuantizeLinear must be per-tensor and feed only DequantizeLinear
-    nodes, and every DequantizeLinear must read a QuantizeLinear. (Poolings MNN's int8 kernel
+    and kiln::QConv nodes, and every DequantizeLinear must read a QuantizeLinear or a
+    kiln::QConv. (Poolings MNN's int8 kernel
     gets wrong are kept in float by :func:`finish_int8`.)
     """
     if not INTEGER_FORM:
@@ -270,48 +284,78 @@ def integer_form(graph: Graph) -> bool:
             zero = _zero_int8(graph, node)
             if zero is None:
                 return False
-            if any(user.qualified_op != _DQ for user, _ in graph.users(graph.value(node))):
+            if any(user.qualified_op not in (_DQ, _QCONV) for user, _ in graph.users(graph.value(node))):
                 return False
         elif op == _DQ:
             x = graph.inputs_of(node)[0]
-            if x is None or x.const is not None or x.producer.qualified_op != _Q:
+            if x is None or x.const is not None or x.producer.qualified_op not in (_Q, _QCONV):
                 return False
             if _zero_int8(graph, node) is None:
                 return False
     return found
 
 
-def _depthwise(graph: Graph, node: Node) -> bool:
-    """True for a conv that MNN writes as ConvolutionDepthwise (group = ic = oc, 1 included)."""
-    x, w = graph.inputs_of(node)[:2]
-    group = int(getattr(node.attrs, "group", 1))
-    if x is None or w is None:
-        return False
-    return group == x.type.static_shape[1] == w.type.static_shape[0]
+def expand_qconv(graph: Graph) -> Graph:
+    """``graph`` with every kiln::QConv expanded back into DequantizeLinear -> FusedConv ->
+    QuantizeLinear (its registry expansion), for the explicit form; ``graph`` itself if it has none."""
+    todo = [n for n in graph.nodes() if n.qualified_op == _QCONV]
+    if not todo:
+        return graph
+    g = graph.clone()
+    expand = get_op("QConv", KILN).expand
+    assert expand is not None
+    for old in todo:
+        node = g.node(old.id)
+        value = g.value(node)
+        name = value.name
+        new = expand(g, node)[0]
+        g.replace_all_uses(value, new)
+        if g.is_output(value):
+            outs = [new if (v.node, v.port) == (value.node, value.port) else v for v in g.outputs]
+            g.set_outputs(outs, g.output_names)
+        g.remove(node)
+        g.rename(new, name)
+    return g
 
 
-def int8_convs(graph: Graph) -> list[Node]:
-    """Convs between a DequantizeLinear (input) and only QuantizeLinear users (output).
+def _check_qconv(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
+    x, w = ins[0], ins[1]
+    assert x is not None and w is not None
+    if len(x.type.static_shape) != 4 or w.const is None:
+        return "2-D convolutions with a constant weight only"
+    if node.attrs.is_blocked:
+        return "NCHW only"
+    act = node.attrs.activation
+    if act != "none" and act not in SUPPORTED_ACTIVATIONS:
+        return f"activation {act}"
+    return None
 
-    Depthwise convs never qualify: MNN's int8 ConvolutionDepthwise gets zero points wrong, and
-    even on symmetric grids it drifts from the QDQ arithmetic (*observed* on yunet_n_320 with
-    ``--activation-type int8``: obj_32 cosine 0.9812 with int8 depthwise kernels, 0.9865 with
-    float ones, against 0.9854 for the QDQ model), so they keep float weights and MNN casts
-    around them.
-    """
-    out = []
-    for node in graph.nodes():
-        if node.qualified_op not in _CONVS:
-            continue
-        x = graph.inputs_of(node)[0]
-        users = graph.users(graph.value(node))
-        from_dq = x is not None and x.const is None and x.producer.qualified_op == _DQ
-        if not (from_dq and users and all(user.qualified_op == _Q for user, _ in users)):
-            continue
-        if _depthwise(graph, node):
-            continue
-        out.append(node)
-    return out
+
+def _lower_qconv(ctx: LowerContext, node: Node) -> None:
+    """Integer form: MNN's int8 conv with the QConv's int8 weights and scales (one per row), the
+    float bias ``bias_q * s_x * s_w`` and the output grid as the output's quantInfo (scaleIn,
+    scaleOut and the zero points are added by :func:`finish_int8`)."""
+    if not ctx.int8_form:
+        raise ValueError(f"{node.describe()}: kiln::QConv outside MNN's integer form (expand_qconv it)")
+    a = node.attrs
+    ins = ctx.graph.inputs_of(node)
+    w_value = ins[1]
+    assert w_value is not None and w_value.const is not None
+    w = w_value.const
+    oc = w.shape[0]
+    scales = np.broadcast_to(np.asarray(a.w_scales, np.float32), (oc,))
+    m = np.broadcast_to(qconv_multiplier(a.x_scale, a.w_scales), (oc,)).astype(np.float64)
+    b_value = ins[2] if len(ins) > 2 else None
+    bias = np.zeros(oc, np.float32)
+    if b_value is not None and b_value.const is not None:
+        bias = (b_value.const.astype(np.float64) * m).astype(np.float32)
+    levels = QuantizedWeights(w.reshape(oc, -1).astype(np.int32), np.ascontiguousarray(scales), 8, False, oc)
+    out = write_conv(ctx, node, conv_weight(ctx.graph, node), bias, WeightStorage("int8", levels=levels))
+    if a.out_dtype != "float32":
+        zero = a.y_zero - 128 if a.out_dtype == "uint8" else a.y_zero
+        lo = -127.0 if zero == 0 else -128.0
+        ctx.net.tensor_quant[out] = TensorQuant(a.y_scale, float(zero), lo, 127.0)
 
 
 def _mark_int8(ctx: LowerContext, node: Node, scale: float, zero: int) -> None:
@@ -594,4 +638,5 @@ def finish_int8(net: MnnNet) -> int:
 LOWERINGS: dict[str, Lowering] = {
     _Q: Lowering(_lower_q, _check),
     _DQ: Lowering(_lower_dq, _check),
+    _QCONV: Lowering(_lower_qconv, _check_qconv),
 }

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from backends.tvm.kernels.conv_spec import Conv2dSpec
     from backends.tvm.kernels.qconv_spec import QConv2dSpec
 
-__all__: list[str] = []
+__all__ = ["linear_requantize"]
 
 
 def _op() -> Any:
@@ -238,24 +238,30 @@ def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
 
 
 def _linear_requant(ctx: LowerContext, node: Node, acc: Any, channels: int) -> Any:
-    """kiln::QConv's linear requantize on the int32 NCHW ``acc`` in float64 Relax ops:
-    ``clip(round_half_even(clip(acc * M[oc], lo, hi)) + y_zero, qmin, qmax)``."""
-    op = _op()
+    """kiln::QConv's linear requantize on the int32 NCHW ``acc``."""
     a = node.attrs
     m = qconv_requant_multiplier(float(a.x_scale), tuple(a.w_scales), float(a.y_scale))
     m = np.ascontiguousarray(np.broadcast_to(m, (channels,)).reshape(1, -1, 1, 1))
-    v = op.multiply(op.astype(acc, "float64"), ctx.const(m))
-    lo, hi = qconv_requant_bounds(a.activation, float(a.alpha), float(a.beta), float(a.y_scale))
+    bounds = qconv_requant_bounds(a.activation, float(a.alpha), float(a.beta), float(a.y_scale))
+    return linear_requantize(ctx, acc, m, bounds, int(a.y_zero), a.out_dtype)
+
+
+def linear_requantize(
+    ctx: LowerContext, acc: Any, m: np.ndarray, bounds: tuple[float, float], y_zero: int, out_dtype: str
+) -> Any:
+    """:func:`compiler.ops.qconv.linear_requantize` in float64 Relax ops on the int32 ``acc`` (``m``
+    broadcasts to it): ``clip(round_half_even(clip(acc * m, lo, hi)) + y_zero, qmin, qmax)``."""
+    op = _op()
+    v = op.multiply(op.astype(acc, "float64"), ctx.const(np.asarray(m, np.float64)))
+    lo, hi = bounds
     if not np.isinf(lo):
         v = op.maximum(v, ctx.const(np.array(lo)))
     if not np.isinf(hi):
         v = op.minimum(v, ctx.const(np.array(hi)))
-    info = np.iinfo(a.out_dtype)
-    q = op.add(op.round(v), ctx.const(np.array(float(a.y_zero))))
-    q = op.minimum(
-        op.maximum(q, ctx.const(np.array(float(info.min)))), ctx.const(np.array(float(info.max)))
-    )
-    return ctx.emit(op.astype(q, a.out_dtype))
+    info = np.iinfo(out_dtype)
+    q = op.add(op.round(v), ctx.const(np.array(float(y_zero))))
+    q = op.minimum(op.maximum(q, ctx.const(np.array(float(info.min)))), ctx.const(np.array(float(info.max))))
+    return ctx.emit(op.astype(q, out_dtype))
 
 
 @lowers("ConvTranspose", check=all_of(_WEIGHT, _conv_transpose_reason))

@@ -1,8 +1,10 @@
-"""Pooling, reductions, softmax, resize and dense layers (Gemm, MatMul).
+"""Pooling, reductions, softmax, resize and dense layers (Gemm, MatMul, kiln::QGemm).
 
 Pooling over blocked ``NCHW{b}c`` tensors arrives as 3-D pooling with a unit
 kernel on the lane axis (choose-layout's N-D form) and runs as Kiln's NCHWc pool
-kernel; Gemm with a constant weight runs as Kiln's packed dense kernel.
+kernel; Gemm with a constant weight runs as Kiln's packed dense kernel. kiln::QGemm is an
+integer product in Relax (``matmul`` of int32 operands, int32 accumulation) and the
+requantize epilogue of :mod:`compiler.ops.qgemm` (float64 for an integer output).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from backends.tvm.lowering.table import LowerContext, lowers, single_output
+from backends.tvm.lowering.conv import linear_requantize
+from backends.tvm.lowering.table import LowerContext, const_inputs, lowers, single_output
 from compiler.backend import all_of
 from compiler.errors import ConversionError
 from compiler.ir.graph import Graph, Node
 from compiler.ops.pooling import pool_geometry
+from compiler.ops.qconv import qconv_multiplier, qconv_requant_multiplier
 from compiler.ops.reduce import reduce_axes
 
 __all__: list[str] = []
@@ -220,3 +224,22 @@ def _gemm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
 @lowers("MatMul")
 def _matmul(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(_op().matmul(ins[0], ins[1]))]
+
+
+@lowers("kiln::QGemm", check=const_inputs((1, "weight")))
+def _qgemm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    a = node.attrs
+    op = _op()
+    w = ctx.require_const(node, 1, "weight")
+    w_kn = np.ascontiguousarray(w.T if a.trans_b else w).astype(np.int32)
+    n = int(w_kn.shape[1])
+    x = ctx.emit(op.subtract(op.astype(ins[0], "int32"), ctx.scalar(int(a.x_zero), "int32")))
+    acc = ctx.emit(op.matmul(x, ctx.const(w_kn), out_dtype="int32"))
+    if len(ins) > 2 and ins[2] is not None:
+        acc = ctx.emit(op.add(acc, ctx.const(ctx.require_const(node, 2, "bias").astype(np.int32))))
+    if a.out_dtype == "float32":
+        mult = np.broadcast_to(qconv_multiplier(float(a.x_scale), tuple(a.w_scales)), (n,))
+        return [ctx.emit(op.multiply(op.astype(acc, "float32"), ctx.const(np.ascontiguousarray(mult))))]
+    m = np.broadcast_to(qconv_requant_multiplier(float(a.x_scale), tuple(a.w_scales), float(a.y_scale)), (n,))
+    bounds = (-np.inf, np.inf)
+    return [linear_requantize(ctx, acc, np.ascontiguousarray(m), bounds, int(a.y_zero), a.out_dtype)]
