@@ -58,6 +58,7 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
     # weight-only int8/int4 weights with --calib (a pass of the MNN backend's, registered with it)
     "legalize-mnn": [
         "fuse-quantized-ops{depthwise=0,float_out=0,gemm=0}",
+        "normalize-gemm",
         "decompose{backend=mnn}",
         _LEGALIZE_CLEANUP,
         "mnn-gptq-weights",
@@ -84,6 +85,7 @@ def tvm_legalization(target: str, lanes: int | None) -> list[PipelineItem]:
     items: list[PipelineItem] = [
         "fuse-conv-bias-act",
         "fuse-quantized-ops",
+        "normalize-gemm",
         "fold-constants",
         f"decompose{{backend=tvm,target={target}}}",
         "eliminate-dead-nodes",

@@ -13,6 +13,11 @@ dropped when beta = 0).
 
 Exact in real arithmetic; transposes are bit-exact, and folding alpha or beta is bit-exact
 when they are powers of two (else one rounding per weight, computed in float64).
+
+A B that is a dequantized int8 weight (DequantizeLinear of a constant: the QDQ form the
+backends' integer kernels read) keeps its layout (transB as given) and refuses alpha != 1, so
+the weight stays one DequantizeLinear of a constant. Backends accept any Gemm with
+:func:`canonical_gemm_reason` None: transA = 0, alpha = 1, beta = 1, transB either way.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.ir.graph import Graph, Value
+from compiler.ir.graph import Graph, Node, Value
 from compiler.pass_infra import Pass, PassContext, register_pass
 from compiler.pattern import Any_, Match, Op, OpMismatch, Rule, apply_rules
 from compiler.rewriter import PassResult, Rewriter
 
-__all__ = ["NormalizeGemm", "GemmToCanonical"]
+__all__ = ["NormalizeGemm", "GemmToCanonical", "canonical_gemm_reason"]
 
 
 def _transposed(rw: Rewriter, v: Value, name: str) -> Value:
@@ -45,6 +50,18 @@ def _scaled(rw: Rewriter, v: Value, k: float, name: str) -> Value:
     return rw.op("Mul", [v, rw.const(np.array(k, dt), f"{name}_k")], name=name)
 
 
+def canonical_gemm_reason(node: Node) -> str | None:
+    """None for a Gemm in the form every backend reads (transA = 0, alpha = beta = 1), else why not."""
+    a = node.attrs
+    if a.transA or a.alpha != 1.0 or a.beta != 1.0:
+        return "Gemm with transA, alpha or beta (normalize-gemm rewrites it, unless B is dequantized)"
+    return None
+
+
+def _dequantized(v: Value) -> bool:
+    return v.const is None and v.producer.op == "DequantizeLinear" and not v.producer.domain
+
+
 class GemmToCanonical(Rule):
     """Gemm(A, B, C; tA, tB, alpha, beta) = Gemm(A', alpha * B' (as [N,K] or [K,N]), beta * C)."""
 
@@ -59,7 +76,9 @@ class GemmToCanonical(Rule):
         c = m.values.get("c")
         if not m.value("a").type.dtype.is_float:
             return "Gemm is not float"
-        flip = bool(a.transB) != bool(self.trans_b)
+        flip = bool(a.transB) != bool(self.trans_b) and not _dequantized(m.value("b"))
+        if _dequantized(m.value("b")) and a.alpha != 1.0:
+            return "B is a dequantized weight: alpha would not stay in its grid"
         if not (a.transA or flip or a.alpha != 1.0 or (c is not None and a.beta != 1.0)):
             return OpMismatch("already canonical")
         return None
@@ -70,7 +89,8 @@ class GemmToCanonical(Rule):
         x, w, c = m.value("a"), m.value("b"), m.values.get("c")
         if a.transA:
             x = _transposed(rw, x, f"{base}_a")
-        if bool(a.transB) != bool(self.trans_b):
+        trans_b = int(a.transB) if _dequantized(w) else self.trans_b
+        if bool(a.transB) != bool(trans_b):
             w = _transposed(rw, w, f"{base}_b")
         if a.alpha != 1.0:
             w = _scaled(rw, w, float(a.alpha), f"{base}_b_alpha")
@@ -78,7 +98,7 @@ class GemmToCanonical(Rule):
             c = None
         elif c is not None and a.beta != 1.0:
             c = _scaled(rw, c, float(a.beta), f"{base}_c_beta")
-        attrs = dataclasses.replace(a, transA=0, transB=self.trans_b, alpha=1.0, beta=1.0)
+        attrs = dataclasses.replace(a, transA=0, transB=trans_b, alpha=1.0, beta=1.0)
         ins = [x, w] if c is None else [x, w, c]
         rw.replace(rw.graph.value(node), rw.op("Gemm", ins, attrs, like=node), take_name=True)
 

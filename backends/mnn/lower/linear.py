@@ -3,7 +3,7 @@
 With a constant weight, A[..., K] @ W[K, N] (+ bias) becomes MNN's own form of a fully
 connected layer, a 1x1 Convolution, so the weight encodings (fp16, int8/int4) apply:
 Reshape A to [P, K, 1, 1] -> ConvertTensor to NC4HW4 -> Convolution(K -> N) ->
-ConvertTensor to NCHW -> Reshape to [..., N]. Gemm's alpha scales the weight and beta the bias.
+ConvertTensor to NCHW -> Reshape to [..., N]. Gemm arrives canonical (normalize-gemm: transA = 0, alpha = beta = 1).
 When A is a Reshape/Flatten of a [P, K, 1, 1] tensor (a global pool before the classifier), the
 conv reads that tensor directly in NC4HW4 (same values, as [P, K, 1, 1] is A's 4-D form), which
 saves two layout copies and two reshapes (the then unread Reshape is dropped from the net).
@@ -20,6 +20,7 @@ from backends.mnn.lower.conv import conv_common, emit_conv
 from backends.mnn.lower.registry import Lowering, WeightView
 from backends.mnn.model import Table
 from compiler.ir.graph import Graph, Node, Value
+from passes.normalize_gemm import canonical_gemm_reason
 from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS", "reshape_table", "gemm_weight", "matmul_weight", "pooled_source"]
@@ -89,8 +90,8 @@ def _check_gemm(graph: Graph, node: Node) -> str | None:
     b = ins[1]
     c = ins[2] if len(ins) > 2 else None
     assert b is not None
-    if node.attrs.transA:
-        return "transA"
+    if (reason := canonical_gemm_reason(node)) is not None:
+        return reason
     if b.const is None:
         return "B must be constant"
     n = node.output_types[0].static_shape[1]
@@ -102,17 +103,15 @@ def _check_gemm(graph: Graph, node: Node) -> str | None:
 
 
 def gemm_weight(graph: Graph, node: Node) -> WeightView:
-    """Gemm: rows = alpha * B^T ([N, K]; B as given when transB)."""
+    """Gemm (canonical: alpha = 1): rows = B^T ([N, K]; B as given when transB)."""
     b_value = graph.inputs_of(node)[1]
     assert b_value is not None and b_value.const is not None
-    at = node.attrs
+    trans_b = node.attrs.transB
     b = b_value.const.astype(np.float32)
-    alpha = np.float32(at.alpha)
-    rows = np.ascontiguousarray((b if at.transB else b.T) * alpha, np.float32)
+    rows = np.ascontiguousarray(b if trans_b else b.T, np.float32)
 
     def restore(r: np.ndarray) -> np.ndarray:
-        back = (r / alpha).astype(np.float32)
-        return back if at.transB else np.ascontiguousarray(back.T)
+        return r if trans_b else np.ascontiguousarray(r.T)
 
     return WeightView(1, rows, restore, rows.shape[1], 1)
 
@@ -127,7 +126,7 @@ def _lower_gemm(ctx: LowerContext, node: Node) -> None:
     bias = np.zeros(n, np.float32)
     if c_value is not None and c_value.const is not None:
         c = c_value.const.astype(np.float32).reshape(-1)
-        bias = np.broadcast_to(c, (n,)) * np.float32(node.attrs.beta)
+        bias = np.broadcast_to(c, (n,))
     _emit_fc(ctx, node, a_value, view, np.asarray(bias, np.float32))
 
 

@@ -21,6 +21,7 @@ from compiler.ir.graph import Graph, Node
 from compiler.ops.pooling import pool_geometry
 from compiler.ops.qconv import qconv_multiplier, qconv_requant_multiplier
 from compiler.ops.reduce import reduce_axes
+from passes.normalize_gemm import canonical_gemm_reason
 
 __all__: list[str] = []
 
@@ -184,24 +185,29 @@ def _resize(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(y)]
 
 
-@lowers("Gemm")
+def _gemm_reason(graph: Graph, node: Node) -> str | None:
+    return canonical_gemm_reason(node)
+
+
+@lowers("Gemm", check=_gemm_reason)
 def _gemm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """y = A @ B' + C for the canonical Gemm (normalize-gemm: transA = 0, alpha = beta = 1)."""
     a = node.attrs
     op = _op()
     w = ctx.input_const(node, 1)
     c = ctx.input_const(node, 2) if len(ins) > 2 and ins[2] is not None else None
-    x = ins[0] if not a.transA else ctx.emit(op.permute_dims(ins[0], [1, 0]))
+    x = ins[0]
     out_shape = ctx.out_shape(node)
     bias_ok = c is None or c.size in (1, out_shape[1]) and (c.ndim < 2 or c.shape[0] == 1)
     cpu = ctx.target.is_cpu  # GPUs take the Relax matmul (dlight's GEMV/matmul rules)
-    if cpu and w is not None and bias_ok and a.alpha == 1.0 and (c is None or a.beta == 1.0):
+    if cpu and w is not None and bias_ok:
         w_nk = w if a.transB else w.T
         try:
             from backends.tvm.kernels.dense import DenseSpec, dense_kernel, pack_dense_bias, pack_dense_weight
         except ImportError:
             pass
         else:
-            m, k = _in_shape(ctx, node)[::-1] if a.transA else _in_shape(ctx, node)
+            m, k = _in_shape(ctx, node)
             spec = DenseSpec(m=m, k=k, n=out_shape[1], has_bias=c is not None, block=ctx.target.lanes)
             args = [x, ctx.const(pack_dense_weight(np.asarray(w_nk, np.float32), spec))]
             if c is not None:
@@ -212,12 +218,8 @@ def _gemm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     if w is not None:
         wt = ctx.const(np.ascontiguousarray(w if not a.transB else w.T).astype(w.dtype))
     y = ctx.emit(op.matmul(x, wt))
-    dt = ctx.out_type(node).dtype.numpy.name
-    if a.alpha != 1.0:
-        y = ctx.emit(op.multiply(y, ctx.scalar(a.alpha, dt)))
     if len(ins) > 2 and ins[2] is not None:
-        cc = ins[2] if a.beta == 1.0 else ctx.emit(op.multiply(ins[2], ctx.scalar(a.beta, dt)))
-        y = ctx.emit(op.add(y, cc))
+        y = ctx.emit(op.add(y, ins[2]))
     return [y]
 
 
