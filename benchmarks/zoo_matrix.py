@@ -10,7 +10,9 @@ materialized into a temporary directory by ``../shared/tools/zoo/zoo.py`` (about
 
 For every model x path, ``kiln compile MODEL -o OUT --inputs inputs.npz`` runs in a subprocess
 (a fresh output folder in a temporary directory, ``--timeout`` seconds per compile) with
-``--emit onnx``, ``--emit mnn``, ``--emit cann`` or, for ``tvm-cpu``, ``--target cpu``. The result is
+``--emit onnx``, ``--emit mnn``, ``--emit cann``, for ``tvm-cpu`` ``--target cpu``, or for ``all``
+``--emit mnn,cann --target cpu`` (the preflight: a refusal lists every backend's gaps at once and
+comes before any calibration or emit, so its seconds are the time to refuse). The result is
 classified from the exit code, stderr and ``manifest.json``:
 
 * ``ok``: exit 0 and every artifact verified against onnxruntime (``verification.passed``, nothing in
@@ -63,7 +65,7 @@ __all__ = [
     "materialize",
 ]
 
-PATHS = ("onnx", "mnn", "cann", "tvm-cpu")
+PATHS = ("onnx", "mnn", "cann", "tvm-cpu", "all")
 DEFAULT_PATHS = ("onnx", "mnn", "cann")
 CLASSES = ("ok", "numeric miss", "refused", "crash")
 MNN_MAX_REL = 1e-3
@@ -93,6 +95,8 @@ def path_flags(path: str) -> list[str]:
     """The ``kiln compile`` flags of one path."""
     if path == "tvm-cpu":
         return ["--target", "cpu"]
+    if path == "all":  # the preflight check: every backend at once, refused (if at all) in one message
+        return ["--emit", "mnn,cann", "--target", "cpu"]
     return ["--emit", path]
 
 

@@ -63,7 +63,14 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
         _LEGALIZE_CLEANUP,
         "mnn-gptq-weights",
     ],
-    "legalize-cann": ["decompose{backend=cann}", _LEGALIZE_CLEANUP],
+    # CANN's int8 convs and Gemms (AscendQuant -> Conv2D/FullyConnection -> AscendDequant, float output
+    # included); MatMul stays QDQ, as FullyConnection reads 2-D data (backends/cann/lower_quant.py)
+    "legalize-cann": [
+        "fuse-quantized-ops{matmul=0}",
+        "normalize-gemm",
+        "decompose{backend=cann}",
+        _LEGALIZE_CLEANUP,
+    ],
 }
 PIPELINES.update(LEGALIZATION)
 

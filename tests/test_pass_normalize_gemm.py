@@ -6,6 +6,9 @@ bit-exact; a folded alpha/beta rounds each weight once: measured <= 1.9e-8).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -98,3 +101,31 @@ def test_integer_gemm_refused() -> None:
     ctx = PassContext()
     assert not run_passes(g, ["normalize-gemm"], ctx).changed
     assert [m.reason for m in ctx.near_misses] == ["Gemm is not float"]
+
+
+def test_every_backend_reads_the_normalized_gemm(tmp_path: Path) -> None:
+    """transA, transB = 0, alpha and beta: MNN, CANN and TVM lower only the canonical Gemm, which
+    their legalization (normalize-gemm) makes; each artifact matches onnxruntime."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from compiler.cli import main
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((5, 8)).astype(np.float32)
+    c = rng.standard_normal((8,)).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "W", "C"], ["y"], alpha=0.5, beta=2.0, transA=1, transB=0)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 8])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(c, "C")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "gemm.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "out"
+    assert main(["compile", str(path), "-o", str(out), "--emit", "onnx,mnn,cann", "--target", "cpu"]) == 0
+    ver = json.loads((out / "manifest.json").read_text())["verification"]
+    assert ver["passed"] and len(ver["artifacts"]) == 4

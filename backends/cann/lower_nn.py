@@ -2,10 +2,14 @@
 
 * ``Conv`` / ``kiln::FusedConv`` -> ``Conv2D`` (NCHW; ``pads`` reordered from ONNX's
   [t, l, b, r] to GE's [top, bottom, left, right]; 4-element strides and dilations),
-  then ``Add`` for a residual and the activation op of ``ACTIVATIONS``. An int8 QDQ
-  pattern becomes AscendQuant / Conv2D(int8) / AscendDequant instead (``lower_quant.py``).
+  then ``Add`` for a residual and the activation op of ``ACTIVATIONS``. The int8 regions
+  arrive as ``kiln::QConv`` / ``kiln::QGemm`` (fuse-quantized-ops) and go to ``lower_quant.py``.
 * ``MaxPool`` / ``AveragePool`` / ``GlobalAveragePool`` / ``GlobalMaxPool`` -> ``Pooling``
-  (mode 0 max, 1 avg; GE's ``ceil_mode`` is 0 for ceil and 1 for floor).
+  (mode 0 max, 1 avg; GE's ``ceil_mode`` is 0 for ceil and 1 for floor). Pooling has no
+  attribute for excluding the padding from the divisor, so a padded ``AveragePool`` with
+  ``count_include_pad = 0`` becomes ``AvgPoolV2`` instead, the op ATC writes for ONNX
+  AveragePool: ``ksize`` / ``strides`` of 4 (N, C = 1), ``pads`` [top, bottom, left, right],
+  ``padding_mode = "CALCULATED"``, ``ceil_mode`` a bool and ``exclusive = true``.
 * ``Gemm`` (alpha = 1, beta = 1 or no bias, transA = 0) -> ``FullyConnection``; GE's
   ``transpose`` is true when the weight is [K, N] (ONNX transB = 0).
 * ``BatchNormalization`` -> ``BNInference`` (x, mean, variance, momentum = 1.0, scale, offset).
@@ -19,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from backends.cann.lower import Lowerer, Step, lowering
-from backends.cann.lower_quant import lower_weighted_int8, match_weighted
 from backends.cann.nn_attrs import activation_steps, conv2d_attrs, conv2d_reason, fc_attrs
 from compiler.ir.graph import Graph, Node
+from passes.normalize_gemm import canonical_gemm_reason
 from schemas.cann.om_graph import Attr
 from schemas.cann.op_table import SIMPLE_BY_KILN
 
@@ -31,10 +35,6 @@ __all__: list[str] = []
 @lowering("Conv", "kiln::FusedConv", check=conv2d_reason)
 def _conv(low: Lowerer, node: Node) -> None:
     ins = low.g.inputs_of(node)
-    q = match_weighted(low, node)
-    if q is not None:
-        lower_weighted_int8(low, node, q)
-        return
     w = ins[1]
     assert w is not None
     attrs = conv2d_attrs(node.attrs, w.type.static_shape)
@@ -61,9 +61,12 @@ def _pool_reason(graph: Graph, node: Node) -> str | None:
         return f"dilations {list(a.dilations)} (Pooling has none)"
     if node.op == "MaxPool" and a.storage_order != 0:
         return "storage_order=1 has no CANN equivalent"
-    if node.op == "AveragePool" and any(a.pads) and not a.count_include_pad:
-        return "padded average pooling that excludes the padding has no Pooling form"
     return None
+
+
+def _exclusive_avg(node: Node) -> bool:
+    """A padded AveragePool that divides by the taps inside the input (AvgPoolV2, exclusive)."""
+    return node.op == "AveragePool" and any(node.attrs.pads) and not node.attrs.count_include_pad
 
 
 @lowering("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", check=_pool_reason)
@@ -78,9 +81,28 @@ def _pool(low: Lowerer, node: Node) -> None:
         a = node.attrs
         pads = tuple(a.pads) or (0, 0, 0, 0)
         strides = tuple(a.strides) or (1, 1)
-        ceil = 0 if a.ceil_mode else 1
-        attrs = _pool_attrs(mode, False, a.kernel_shape, strides, (pads[0], pads[2], pads[1], pads[3]), ceil)
+        ge_pads = (pads[0], pads[2], pads[1], pads[3])
+        if _exclusive_avg(node):
+            attrs = _avg_pool_v2_attrs(a.kernel_shape, strides, ge_pads, bool(a.ceil_mode))
+            low.chain(node, [low.ref_of(x)], [Step("AvgPoolV2", [], attrs)])
+            return
+        attrs = _pool_attrs(mode, False, a.kernel_shape, strides, ge_pads, 0 if a.ceil_mode else 1)
     low.chain(node, [low.ref_of(x)], [Step("Pooling", [], attrs)])
+
+
+def _avg_pool_v2_attrs(
+    window: tuple[int, ...], stride: tuple[int, ...], pad: tuple[int, ...], ceil: bool
+) -> dict[str, Attr]:
+    return {
+        "ksize": Attr.li((1, 1, *window)),
+        "strides": Attr.li((1, 1, *stride)),
+        "padding_mode": Attr.s("CALCULATED"),
+        "pads": Attr.li(pad),
+        "data_format": Attr.s("NCHW"),
+        "global_pooling": Attr.b(False),
+        "ceil_mode": Attr.b(ceil),
+        "exclusive": Attr.b(True),
+    }
 
 
 def _pool_attrs(
@@ -99,12 +121,12 @@ def _pool_attrs(
 
 
 def _gemm_reason(graph: Graph, node: Node) -> str | None:
-    a = node.attrs
-    ins = graph.inputs_of(node)
-    x, b = ins[0], ins[2] if len(ins) > 2 else None
+    x = graph.inputs_of(node)[0]
     assert x is not None
-    if a.transA or a.alpha != 1.0 or (b is not None and a.beta != 1.0) or x.type.rank != 2:
-        return "only Gemm with alpha=1, beta=1, transA=0 and a 2-D input maps to FullyConnection"
+    if (reason := canonical_gemm_reason(node)) is not None:
+        return reason
+    if x.type.rank != 2:
+        return "only a Gemm with a 2-D input maps to FullyConnection"
     return None
 
 
@@ -115,10 +137,6 @@ def _gemm(low: Lowerer, node: Node) -> None:
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     assert x is not None and w is not None
-    q = match_weighted(low, node)
-    if q is not None:
-        lower_weighted_int8(low, node, q)
-        return
     n_out = w.type.static_shape[0 if a.transB else 1]
     attrs = fc_attrs(n_out, a.transB)
     low.chain(node, [low.ref_of(x)], [Step("FullyConnection", [low.ref_of(w), low.ref_of(b)], attrs)])
