@@ -7,6 +7,8 @@
 * Absent optional inputs are ``""``; trailing ones are dropped.
 * Kiln-domain ops are rewritten into standard ops with ``OpDef.expand`` on a
   clone; one without an expansion is an error.
+* The declared default-domain opset is the requested one, raised to the newest
+  ``OpDef.min_opset`` of the graph's ops (e.g. 23 for RMSNormalization).
 * Graph outputs keep their public names (``Graph.output_names``). Every ONNX
   output is produced by a node: a constant output keeps its name on
   an Identity (its initializer becomes ``<name>__const``); a graph input or a
@@ -192,6 +194,7 @@ def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
         nodes.append(proto)
     outputs = _outputs(g, nodes, renamed, taken)
     model_graph = helper.make_graph(nodes, g.name or "main", inputs, outputs, initializer=initializers)
+    opset = max([opset] + [get_op(n.op).min_opset for n in g.nodes() if not n.domain])
     opsets = [helper.make_operatorsetid("", opset)]
     opsets += [helper.make_operatorsetid(d, 1) for d in sorted(domains)]
     model = helper.make_model(

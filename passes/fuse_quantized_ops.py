@@ -18,7 +18,8 @@ in ``ctx.near_misses``.
 
 Options (a backend's legalization pipeline picks them): ``depthwise=0`` keeps depthwise convs
 in QDQ form (MNN: its int8 depthwise kernel is wrong), ``float_out=0`` keeps regions whose
-output stays float, ``gemm=0`` keeps Gemm/MatMul in QDQ form.
+output stays float, ``gemm=0`` keeps Gemm/MatMul in QDQ form, ``matmul=0`` keeps MatMul in
+QDQ form (CANN: its FullyConnection reads 2-D data, and MatMul may be batched).
 """
 
 from __future__ import annotations
@@ -204,8 +205,10 @@ def _conv_operands(graph: Graph, conv: Node, depthwise: bool) -> _Operands | str
     return _Operands(x, w[0], w[1], bias, residual)
 
 
-def _gemm_operands(graph: Graph, node: Node) -> tuple[_Operands, int] | str:
+def _gemm_operands(graph: Graph, node: Node, matmul: bool) -> tuple[_Operands, int] | str:
     """The integer operands of a QDQ Gemm/MatMul and its ``trans_b``, or why it is not one."""
+    if node.op == "MatMul" and not matmul:
+        return "MatMul is not fused (matmul=0)"
     ins = graph.inputs_of(node)
     trans_b = 0
     if node.op == "Gemm":
@@ -353,9 +356,11 @@ class FloatOutFusedConv(FloatOutConv):
     pattern = Op("FusedConv", name="op", domain=KILN)
 
 
+@dataclass
 class QuantizedGemm(Rule):
     """q_y(dq(x) @ dq(W) + dq(b)) (Gemm or MatMul) -> QGemm{out = y's dtype}."""
 
+    matmul: bool = True
     name = "quantized-gemm"
     pattern = Op(
         "QuantizeLinear",
@@ -364,29 +369,31 @@ class QuantizedGemm(Rule):
 
     def check(self, graph: Graph, m: Match) -> str | None:
         reason = _output_reason(graph, m)
-        ops = reason or _gemm_operands(graph, m.node("op"))
+        ops = reason or _gemm_operands(graph, m.node("op"), self.matmul)
         return ops if isinstance(ops, str) else None
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         node = m.node("op")
-        ops = _gemm_operands(rw.graph, node)
+        ops = _gemm_operands(rw.graph, node, self.matmul)
         assert not isinstance(ops, str)
         y, out = _output_grid(m)
         rw.replace(rw.graph.value(m.root), _qgemm(rw, node, *ops, out, y), take_name=True)
 
 
+@dataclass
 class FloatOutGemm(Rule):
     """dq(x) @ dq(W) + dq(b) whose output stays float -> QGemm{out = float32}."""
 
+    matmul: bool = True
     name = "float-out-gemm"
     pattern = Op(("Gemm", "MatMul"), name="op")
 
     def check(self, graph: Graph, m: Match) -> str | None:
-        ops = _gemm_operands(graph, m.root)
+        ops = _gemm_operands(graph, m.root, self.matmul)
         return ops if isinstance(ops, str) else None
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
-        ops = _gemm_operands(rw.graph, m.root)
+        ops = _gemm_operands(rw.graph, m.root, self.matmul)
         assert not isinstance(ops, str)
         rw.replace(rw.graph.value(m.root), _qgemm(rw, m.root, *ops, "float32", None), take_name=True)
 
@@ -401,13 +408,14 @@ class FuseQuantizedOps(Pass):
     depthwise: bool = True  # fuse depthwise convs (group = in = out channels)
     float_out: bool = True  # fuse regions whose output stays float (QConv/QGemm{out = float32})
     gemm: bool = True  # fuse Gemm/MatMul into QGemm
+    matmul: bool = True  # with gemm: fuse MatMul too (else only Gemm)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         quantized: list[Rule] = [QuantizedConv(self.depthwise), QuantizedFusedConv(self.depthwise)]
         float_out: list[Rule] = [FloatOutConv(self.depthwise), FloatOutFusedConv(self.depthwise)]
         if self.gemm:
-            quantized.append(QuantizedGemm())
-            float_out.append(FloatOutGemm())
+            quantized.append(QuantizedGemm(self.matmul))
+            float_out.append(FloatOutGemm(self.matmul))
         result = apply_rules(graph, quantized, near_misses=ctx.near_misses)
         if self.float_out:
             result.merge(apply_rules(graph, float_out, near_misses=ctx.near_misses))

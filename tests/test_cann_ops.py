@@ -21,6 +21,7 @@ from backends.cann.options import CannOptions
 from compiler.api import load_model
 from compiler.cli import main as kiln
 from compiler.errors import ConversionError, UnsupportedOpsError
+from compiler.ir.graph import Graph
 from compiler.ir.types import DType
 from compiler.metrics import agreement
 from compiler.onnx_export import export_onnx, model_bytes
@@ -30,9 +31,9 @@ from compiler.runners import run_onnxruntime
 from frontends.cann.lift import lift_graph
 from frontends.cann.loader import read_om_graph
 from schemas.cann.om_container import pack_om
-from schemas.cann.om_graph import OmGraph, OmOp, TensorDesc
+from schemas.cann.om_graph import Attr, OmGraph, OmOp, TensorDesc
 from schemas.cann.op_table import SIMPLE_OPS
-from tests.helpers.cann import compile_tiny, tiny_net
+from tests.helpers.cann import compile_tiny, ge_consts, netron_check, tiny_net
 from tests.helpers.onnx_text import rand, text_model
 
 _UNARY_OPS = (
@@ -220,17 +221,18 @@ def test_refusals_name_the_node(tmp_path: Path) -> None:
     with pytest.raises(ConversionError, match="static shapes"):
         om_bytes(load_model(tmp_path / "dyn.onnx"))
     gather = text_model(
-        "g (float[4, 3] x) => (float[2, 3] y) { y = Gather (x, i) }", i=np.array([0, 2], np.int64)
+        "g (float[4, 3] x) => (float[1, 3] y) { y = GatherElements (x, i) }",
+        i=np.array([[0, 2, 1]], np.int64),
     )
     onnx.save(gather, tmp_path / "g.onnx")
-    with pytest.raises(ConversionError, match="Gather .* no CANN mapping"):
+    with pytest.raises(ConversionError, match="GatherElements .* no CANN mapping"):
         om_bytes(load_model(tmp_path / "g.onnx"))
-    pool = text_model(
-        "p (float[1, 1, 4, 4] x) => (float[1, 1, 4, 4] y) "
-        "{ y = AveragePool <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (x) }"
+    pad = text_model(
+        'p (float[1, 1, 4, 4] x) => (float[1, 1, 4, 7] y) { y = Pad <mode = "wrap"> (x, pads) }',
+        pads=np.array([0, 0, 0, 1, 0, 0, 0, 2], np.int64),
     )
-    onnx.save(pool, tmp_path / "p.onnx")
-    with pytest.raises(ConversionError, match="excludes the padding"):
+    onnx.save(pad, tmp_path / "p.onnx")
+    with pytest.raises(ConversionError, match="Pad .*%y.*mode 'wrap' has no PadV3 form"):
         om_bytes(load_model(tmp_path / "p.onnx"))
 
 
@@ -297,3 +299,116 @@ def test_every_elementwise_op_round_trips(tmp_path: Path, op: str, ge_type: str,
     got = run_onnxruntime(model_bytes(export_onnx(lift_graph(om, "m.om"))), feeds)
     ref = run_onnxruntime(tmp_path / "m.onnx", feeds)
     assert np.array_equal(got["y"], ref["y"])
+
+
+TENSOR = """
+tensor (float[1, 3, 6, 6] x, int64[2, 3] ids) =>
+    (float[2, 3, 5] e, float[1, 3, 6, 2] g, float[1, 3, 6, 6] ap, float[1, 3, 4, 4] apc,
+     float[1, 3, 8, 9] pc, float[1, 3, 8, 9] pr, float[1, 3, 7, 8] pe, float[2, 3, 6, 6] ex) {
+    e = Gather (emb, ids)
+    g = Gather <axis = -1> (x, cols)
+    ap = AveragePool <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (x)
+    apc = AveragePool <kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1], ceil_mode = 1> (x)
+    pc = Pad (x, pads, cv)
+    pr = Pad <mode = "reflect"> (x, pads)
+    pe = Pad <mode = "edge"> (x, pads2, , axes)
+    r = Relu (x)
+    ex = Expand (r, shp)
+}
+"""
+
+
+def _tensor() -> onnx.ModelProto:
+    return text_model(
+        TENSOR,
+        opset=18,
+        emb=rand(7, 5, seed=1),
+        cols=np.array([-1, 2], np.int64),
+        pads=np.array([0, 0, 1, 2, 0, 0, 1, 1], np.int64),
+        cv=np.array(1.5, np.float32),
+        pads2=np.array([1, 0, 0, 2], np.int64),
+        axes=np.array([2, 3], np.int64),
+        shp=np.array([2, 1, 1, 1], np.int64),
+    )
+
+
+@pytest.mark.parametrize("schema", ["ge", "domi"])
+def test_gather_expand_pad_exclusive_avgpool_round_trip(tmp_path: Path, schema: str) -> None:
+    """GatherV2 / Expand / PadV3 / AvgPoolV2 in the forms ATC writes; read back exactly."""
+    src = tmp_path / "m.onnx"
+    onnx.save(_tensor(), src)
+    graph = load_model(src)
+    PassManager(pipeline("default")).run(graph)
+    data = om_bytes(graph, CannOptions(schema))
+    (tmp_path / "m.om").write_bytes(data)
+    detected, om = read_om_graph(data, "m.om")  # the strict container reader
+    assert detected == schema
+    ops = {op.name: op for op in om.ops}
+    consts = {op.name: op.value for op in om.ops if op.type == "Const" and op.value is not None}
+    by_type = collections.Counter(op.type for op in om.ops)
+    assert by_type["GatherV2"] == 2 and by_type["PadV3"] == 3 and by_type["Expand"] == 1
+    assert by_type["AvgPoolV2"] == 2 and by_type["Pooling"] == 0
+    gv = ops["g"]
+    axis = consts[gv.inputs[2].split(":")[0]]
+    assert axis.dtype == np.int32 and axis.shape == () and int(axis) == 3
+    assert gv.attrs["negative_index_support"].value is True
+    pe = ops["pe"]
+    assert pe.attrs["mode"].value == "edge" and pe.attrs["paddings_contiguous"].value is False
+    assert list(consts[pe.inputs[1].split(":")[0]]) == [0, 0, 1, 0, 0, 0, 0, 2]  # axes folded in
+    assert len(ops["pc"].inputs) == 3 and len(ops["pr"].inputs) == 2  # constant_values in constant mode
+    apc = ops["apc"].attrs
+    assert apc["exclusive"].value is True and apc["ceil_mode"].value is True
+    assert apc["ksize"].value == (1, 1, 3, 3) and apc["strides"].value == (1, 1, 2, 2)
+    assert list(consts[ops["ex"].inputs[1].split(":")[0]]) == [2, 3, 6, 6]
+    back = lift_graph(om, "m.om")
+    lifted = collections.Counter(n.op for n in back.ops())
+    assert lifted["Gather"] == 2 and lifted["Pad"] == 3 and lifted["Expand"] == 1
+    assert all(n.attrs.count_include_pad == 0 for n in back.ops() if n.op == "AveragePool")
+    rng = np.random.default_rng(3)
+    feeds: dict[str, np.ndarray] = {
+        "x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32),
+        "ids": np.array([[0, 6, -1], [2, 3, -7]], np.int64),
+    }
+    got = run_onnxruntime(model_bytes(export_onnx(back)), feeds)
+    before = run_onnxruntime(model_bytes(export_onnx(graph)), feeds)
+    ref = run_onnxruntime(src, feeds)
+    assert sorted(got) == sorted(ref)
+    for k in ref:
+        assert np.array_equal(got[k], before[k]), f"{k}: the round trip is not exact"
+        assert agreement(got[k], ref[k]).max_rel <= 1e-5, k
+    if schema == "ge":
+        (res,) = netron_check([tmp_path / "m.om"])
+        assert res["accepted"] and not res["problems"], res.get("error")
+        model, _ = ge_consts(tmp_path / "m.om")
+        want = [(op.name, op.type) for op in model.graph[0].op if op.type != "Const"]
+        assert [(n["name"], n["type"]) for n in res["graphs"][0]["nodes"]] == want
+
+
+def _lift_one(ops: list[OmOp], out: str) -> Graph:
+    """Write ``ops`` (plus a NetOutput of ``out``) as a ge file, read it back strictly, lift it."""
+    om = OmGraph("h")
+    om.ops = [*ops, OmOp("out", "NetOutput", [f"{out}:0"], [])]
+    om.output_names = [out]
+    model_def, weights = write_ge(om)
+    _, back = read_om_graph(pack_om([(0, model_def), (1, weights)], "h"), "h.om")
+    return lift_graph(back, "h.om")
+
+
+def test_lift_reads_gatherv2d_and_contiguous_paddings() -> None:
+    """ATC's older GatherV2D (axis attr) and GE's default paddings_contiguous=true also lift."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    dx = TensorDesc(DType.FLOAT32, x.shape)
+    idx = np.array([2, 0], np.int32)
+    pads = np.array([0, 1, 1, 0, 2, 3], np.int64)  # [b0, e0, b1, e1, b2, e2]
+    ops = [
+        OmOp("x", "Data", [], [dx], {"index": Attr.i(0)}),
+        OmOp("i", "Const", [], [TensorDesc(DType.INT32, (2,))], value=idx),
+        OmOp("g", "GatherV2D", ["x:0", "i:0"], [TensorDesc(DType.FLOAT32, (2, 2, 4))], {"axis": Attr.i(1)}),
+        OmOp("p", "Const", [], [TensorDesc(DType.INT64, (6,))], value=pads),
+        OmOp(
+            "y", "PadV3", ["g:0", "p:0"], [TensorDesc(DType.FLOAT32, (3, 3, 9))], {"mode": Attr.s("reflect")}
+        ),
+    ]
+    got = run_onnxruntime(model_bytes(export_onnx(_lift_one(ops, "y"))), {"x": x})["y"]
+    want = np.pad(np.take(x, idx, axis=1), [(0, 1), (1, 0), (2, 3)], mode="reflect")
+    assert np.array_equal(got, want)

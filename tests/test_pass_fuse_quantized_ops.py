@@ -1,7 +1,7 @@
 """fuse-quantized-ops on Gemm/MatMul (convs: test_pass_fuse_quantized_conv.py): kiln::QGemm's
 structure, must-not-fire reasons, idempotence, the interpreter on the rewritten graph vs
 onnxruntime on the QDQ model (±1 LSB at quantized tensors), the expansion back to QDQ, and the
-backends' pipeline options (MNN: no depthwise, no float output, no Gemm)."""
+backends' pipeline options (MNN: no depthwise, no float output, no Gemm; CANN: no MatMul)."""
 
 from __future__ import annotations
 
@@ -155,6 +155,19 @@ def test_gemm_option_off_keeps_qdq() -> None:
     g = load_onnx(gemm_model())
     assert not run_passes(g, [f"{PASS}{{gemm=0}}"]).changed
     assert op_counts(g)["Gemm"] == 1
+
+
+def test_matmul_option_off_keeps_matmul_and_says_why() -> None:
+    """matmul=0 (CANN: FullyConnection reads 2-D data) keeps MatMul in QDQ form, Gemm still fuses."""
+    assert pipeline("legalize-cann")[0] == f"{PASS}{{matmul=0}}"
+    g = load_onnx(gemm_model("matmul"))
+    ctx = PassContext()
+    assert not run_passes(g, [f"{PASS}{{matmul=0}}"], ctx).changed
+    why = "MatMul is not fused (matmul=0)"
+    assert {(m.rule, m.reason) for m in ctx.near_misses} == {("quantized-gemm", why), ("float-out-gemm", why)}
+    assert op_counts(g)["MatMul"] == 1
+    g = load_onnx(gemm_model("gemm"))
+    assert run_passes(g, [f"{PASS}{{matmul=0}}"]).applied == {"quantized-gemm": 1}
 
 
 def test_mnn_pipeline_asks_for_no_depthwise_no_float_out() -> None:

@@ -39,7 +39,7 @@ class CannBackend(BackendBase):
         """Write ``model.om`` (see :func:`backends.cann.emit.emit_cann`)."""
         from backends.cann.emit import emit_cann
 
-        return emit_cann(graph, out_dir, ctx.options)
+        return emit_cann(graph, out_dir, ctx.options, ctx.near_misses)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """``--cann-schema``."""

@@ -7,9 +7,10 @@ The walk is one pass over the graph in Kiln's deterministic topological order:
   absorbs, such as QDQ scales, are never written);
 * every other op goes through one :class:`CapabilityTable` (:func:`capabilities`): ops in
   ``SIMPLE_OPS`` map one to one through a generic lowering built from their entry; ops
-  registered with :func:`lowering` (``lower_nn.py``, ``lower_quant.py``) need code. Each
-  entry's ``check`` refuses, before anything is written, what can be known from the graph
-  (several outputs, a dtype without a CANN code, an attribute the GE mapping lacks);
+  registered with :func:`lowering` (``lower_nn.py``, ``lower_tensor.py``, ``lower_quant.py``)
+  need code. Each entry's ``check`` refuses, before anything is written, what can be known
+  from the graph (several outputs, a dtype without a CANN code, an attribute the GE mapping
+  lacks);
 * the op that produces a Kiln value is named after that value, so the names survive the
   round trip; helper ops of an expansion get derived names (``<value>/Conv2D``).
 
@@ -110,6 +111,7 @@ def capabilities() -> CapabilityTable[LowerFn]:
     """
     import backends.cann.lower_nn  # noqa: F401  (registers the lowerings that need code)
     import backends.cann.lower_quant  # noqa: F401
+    import backends.cann.lower_tensor  # noqa: F401
 
     entries: dict[str, OpSupport[LowerFn]] = {}
     for spec in SIMPLE_OPS:

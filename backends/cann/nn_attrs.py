@@ -1,6 +1,6 @@
 """GE attribute builders shared by the float and the int8 lowerings.
 
-* :func:`conv2d_reason`: why a Conv / kiln::FusedConv has no Conv2D form (its table check).
+* :func:`conv2d_reason`: why a Conv / kiln::FusedConv / kiln::QConv has no Conv2D form (its table check).
 * :func:`conv2d_attrs`: Conv2D of a 2-D NCHW convolution. ONNX pads [t, l, b, r] become
   GE's [top, bottom, left, right]; strides and dilations get 4 elements (N, C, H, W).
 * :func:`fc_attrs`: FullyConnection. GE's ``transpose`` is true when the weight is
@@ -14,6 +14,7 @@ import numpy as np
 
 from backends.cann.lower import Lowerer, Step
 from compiler.ir.graph import Graph, Node
+from compiler.ir.types import DType
 from compiler.ops.conv import ConvAttrs
 from schemas.cann.om_graph import Attr
 from schemas.cann.op_table import ACTIVATIONS
@@ -22,7 +23,7 @@ __all__ = ["conv2d_reason", "conv2d_attrs", "activation_steps", "fc_attrs"]
 
 
 def conv2d_reason(graph: Graph, node: Node) -> str | None:
-    """Why a Conv / kiln::FusedConv (float or int8 QDQ) cannot become Conv2D, or None."""
+    """Why a Conv / kiln::FusedConv / kiln::QConv cannot become Conv2D, or None."""
     w = graph.inputs_of(node)[1]
     assert w is not None
     w_shape = w.type.static_shape
@@ -53,17 +54,20 @@ def conv2d_attrs(a: ConvAttrs, w_shape: tuple[int, ...]) -> dict[str, Attr]:
     }
 
 
-def activation_steps(low: Lowerer, node: Node, name: str, alpha: float, beta: float) -> list[Step]:
-    """The GE op after a conv for a fused activation (none for ``"none"``)."""
+def activation_steps(
+    low: Lowerer, node: Node, name: str, alpha: float, beta: float, dtype: DType | None = None
+) -> list[Step]:
+    """The GE op after a conv for a fused activation (none for ``"none"``), in ``dtype`` (default: the
+    node's output dtype; an int8 conv's activation runs in float32 before its AscendQuant)."""
     if name == "none":
         return []
     act = ACTIVATIONS[name]
     inputs: list[str] = []
     if act.bounds:
-        dt = low.g.value(node).type.dtype.numpy
+        dt = (dtype or low.g.value(node).type.dtype).numpy
         base = f"{low.g.value(node).name}/{act.ge}"
         inputs = [low.const(np.array(alpha, dt), f"{base}/min"), low.const(np.array(beta, dt), f"{base}/max")]
-    return [Step(act.ge, inputs, act.attrs(alpha, beta))]
+    return [Step(act.ge, inputs, act.attrs(alpha, beta), dtype)]
 
 
 def fc_attrs(num_output: int, trans_b: int, offset_x: int = 0) -> dict[str, Attr]:

@@ -4,11 +4,15 @@ Importing this package registers every op; ask :func:`get_op` for an OpDef.
 """
 
 from compiler.ops import (  # noqa: F401  (registration side effects)
+    attention,
     cast,
     conv,
     core,
+    detection,
+    einsum,
     elementwise,
     fused,
+    grid_sample,
     layout_transform,
     linalg,
     logic,
@@ -18,8 +22,12 @@ from compiler.ops import (  # noqa: F401  (registration side effects)
     qgemm,
     quantize,
     random,
+    recurrent,
     reduce,
     resize,
+    scans_and_masks,
+    scatter,
+    space_depth,
     tensor_data,
     tensor_index,
     tensor_shape,

@@ -25,7 +25,18 @@ from compiler.ops.registry import (
 )
 from compiler.ops.shapes import broadcast
 
-__all__ = ["LeakyReluAttrs", "HardSigmoidAttrs", "EluAttrs", "GeluAttrs", "BINARY_OPS", "UNARY_OPS"]
+__all__ = [
+    "LeakyReluAttrs",
+    "HardSigmoidAttrs",
+    "EluAttrs",
+    "GeluAttrs",
+    "CeluAttrs",
+    "SeluAttrs",
+    "ThresholdedReluAttrs",
+    "ModAttrs",
+    "BINARY_OPS",
+    "UNARY_OPS",
+]
 
 
 def _broadcast_infer(same_dtype: bool) -> Callable[[InferContext], list[TensorType]]:
@@ -123,6 +134,35 @@ register(
 
 
 @dataclass(frozen=True)
+class ModAttrs:
+    """Mod: ``fmod=0`` takes the divisor's sign (Python ``%``), ``fmod=1`` the dividend's (C ``fmod``)."""
+
+    fmod: int = 0
+
+
+def _mod_ref(ins: list[np.ndarray | None], a: ModAttrs, n: int) -> list[np.ndarray]:
+    x, y = _present(ins, 2)
+    if a.fmod not in (0, 1):
+        raise ValueError(f"Mod fmod={a.fmod} is neither 0 nor 1")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.fmod(x, y) if a.fmod else np.mod(x, y)
+    return [np.asarray(out).astype(x.dtype)]
+
+
+register(
+    OpDef(
+        "Mod",
+        _infer_broadcast,
+        _mod_ref,
+        ModAttrs,
+        inputs=(2, 2),
+        layout=Layout.AGNOSTIC,
+        doc="y = a mod b: fmod=0 has the sign of b (a - floor(a/b)*b), fmod=1 the sign of a (C fmod)",
+    )
+)
+
+
+@dataclass(frozen=True)
 class LeakyReluAttrs:
     """LeakyRelu: y = x if x >= 0 else alpha * x."""
 
@@ -149,6 +189,43 @@ class GeluAttrs:
     """Gelu (opset 20): ``approximate`` is ``none`` (erf form) or ``tanh``."""
 
     approximate: str = "none"
+
+
+@dataclass(frozen=True)
+class CeluAttrs:
+    """Celu: y = max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True)
+class SeluAttrs:
+    """Selu: y = gamma * x if x > 0 else gamma * alpha * (exp(x) - 1) (ONNX's float32 constants)."""
+
+    alpha: float = 1.67326319217681884765625
+    gamma: float = 1.05070102214813232421875
+
+
+@dataclass(frozen=True)
+class ThresholdedReluAttrs:
+    """ThresholdedRelu: y = x if x > alpha else 0."""
+
+    alpha: float = 1.0
+
+
+def _celu(x: np.ndarray, a: CeluAttrs) -> np.ndarray:
+    xf, alpha = x.astype(np.float64), float(np.float32(a.alpha))
+    return np.maximum(xf, 0) + np.minimum(0, alpha * np.expm1(xf / alpha))
+
+
+def _selu(x: np.ndarray, a: SeluAttrs) -> np.ndarray:
+    xf, alpha, gamma = x.astype(np.float64), float(np.float32(a.alpha)), float(np.float32(a.gamma))
+    return np.where(xf > 0, gamma * xf, gamma * alpha * np.expm1(xf))
+
+
+def _mish(x: np.ndarray) -> np.ndarray:
+    xf = x.astype(np.float64)
+    return xf * np.tanh(np.logaddexp(0.0, xf))
 
 
 def _gelu(x: np.ndarray, a: GeluAttrs) -> np.ndarray:
@@ -204,8 +281,22 @@ UNARY_OPS: dict[str, tuple[Callable[[np.ndarray, Any], np.ndarray], type | None,
     "Softplus": (lambda x, a: np.logaddexp(_f(x, 0), x).astype(x.dtype), None, "y = log(1 + exp(x))"),
     "Erf": (lambda x, a: _erf(x), None, "y = erf(x)"),
     "Sign": (lambda x, a: np.sign(x), None, "y = -1 if x < 0, 0 if x == 0, 1 if x > 0"),
+    "Round": (lambda x, a: np.rint(x), None, "y = round(x), halves to even"),
     "Sin": (lambda x, a: np.sin(x), None, "y = sin(x)"),
     "Cos": (lambda x, a: np.cos(x), None, "y = cos(x)"),
+    "Celu": (_celu, CeluAttrs, "y = max(0, x) + min(0, alpha*(exp(x/alpha)-1))"),
+    "Selu": (_selu, SeluAttrs, "y = gamma*x if x > 0 else gamma*alpha*(exp(x)-1)"),
+    "Mish": (lambda x, a: _mish(x), None, "y = x * tanh(log(1 + exp(x)))"),
+    "ThresholdedRelu": (
+        lambda x, a: np.where(x > _f(x, a.alpha), x, _f(x, 0)),
+        ThresholdedReluAttrs,
+        "y = x if x > alpha else 0",
+    ),
+    "Softsign": (
+        lambda x, a: x.astype(np.float64) / (1.0 + np.abs(x.astype(np.float64))),
+        None,
+        "y = x/(1+|x|)",
+    ),
     "Gelu": (
         _gelu,
         GeluAttrs,

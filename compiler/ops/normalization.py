@@ -4,6 +4,8 @@ BatchNormalization (inference): y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c
 InstanceNormalization: the same with mean and variance of each (n, c) plane.
 LRN: y = x / (bias + alpha/size * sum_{c' near c} x[c']^2) ** beta.
 LayerNormalization: normalize over axes [axis, rank), then * scale + B.
+LpNormalization: y = x / ||x||_p along ``axis`` (p = 1 or 2; a zero norm gives 0).
+RMSNormalization (opset 23): y = x / sqrt(mean(x^2 over [axis, rank)) + eps) * scale.
 
 References compute in float64 and cast back to the input dtype.
 """
@@ -18,7 +20,14 @@ from compiler.ir.types import Dim, DType, TensorType
 from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, register
 from compiler.ops.shapes import broadcast, normalize_axis
 
-__all__ = ["BatchNormalizationAttrs", "InstanceNormalizationAttrs", "LRNAttrs", "LayerNormalizationAttrs"]
+__all__ = [
+    "BatchNormalizationAttrs",
+    "InstanceNormalizationAttrs",
+    "LRNAttrs",
+    "LayerNormalizationAttrs",
+    "LpNormalizationAttrs",
+    "RMSNormalizationAttrs",
+]
 
 
 @dataclass(frozen=True)
@@ -214,5 +223,89 @@ register(
         outputs=(1, 3),
         layout=Layout.FIXED,
         doc="y = (x - mean) / sqrt(var + epsilon) * scale + B over axes [axis, rank); opt. Mean, InvStdDev",
+    )
+)
+
+
+@dataclass(frozen=True)
+class LpNormalizationAttrs:
+    """LpNormalization: the norm's order ``p`` (1 or 2) and the axis it runs along."""
+
+    axis: int = -1
+    p: int = 2
+
+
+@dataclass(frozen=True)
+class RMSNormalizationAttrs:
+    """RMSNormalization (opset 23): normalized axes [axis, rank); ``stash_type`` 1 = float32 statistics."""
+
+    axis: int = -1
+    epsilon: float = 1e-5
+    stash_type: int = 1
+
+
+def _infer_lp_norm(ctx: InferContext) -> list[TensorType]:
+    a: LpNormalizationAttrs = ctx.attrs
+    t, x = _check_x(ctx, 1)
+    if a.p not in (1, 2):
+        raise ctx.fail(f"p must be 1 or 2, got {a.p}")
+    try:
+        normalize_axis(a.axis, len(x), ctx.where)
+    except ValueError as exc:
+        raise ctx.fail(str(exc)) from None
+    return [t]
+
+
+def _lp_norm_ref(ins: list[np.ndarray | None], a: LpNormalizationAttrs, n: int) -> list[np.ndarray]:
+    x = ins[0]
+    assert x is not None
+    xf = x.astype(np.float64)
+    axis = normalize_axis(a.axis, x.ndim)
+    norm = np.abs(xf).sum(axis, keepdims=True) if a.p == 1 else np.sqrt((xf * xf).sum(axis, keepdims=True))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(norm == 0, 0.0, xf / norm)
+    return [y.astype(x.dtype)]
+
+
+def _infer_rms_norm(ctx: InferContext) -> list[TensorType]:
+    a: RMSNormalizationAttrs = ctx.attrs
+    t, x = _check_x(ctx, 1)
+    try:
+        axis = normalize_axis(a.axis, len(x), ctx.where)
+        broadcast([x[axis:], ctx.shape(1)], ctx.where)
+    except ValueError as exc:
+        raise ctx.fail(str(exc)) from None
+    if len(ctx.shape(1)) > len(x) - axis:
+        raise ctx.fail(f"scale {ctx.shape(1)} has more dims than the normalized {x[axis:]}")
+    return [t]
+
+
+def _rms_norm_ref(ins: list[np.ndarray | None], a: RMSNormalizationAttrs, n: int) -> list[np.ndarray]:
+    x, scale = ins[0], ins[1]
+    assert x is not None and scale is not None
+    axes = tuple(range(normalize_axis(a.axis, x.ndim), x.ndim))
+    xf = x.astype(np.float64)
+    inv_rms = 1.0 / np.sqrt((xf * xf).mean(axis=axes, keepdims=True) + a.epsilon)
+    return [(xf * inv_rms * scale.astype(np.float64)).astype(x.dtype)]
+
+
+register(
+    OpDef(
+        "LpNormalization",
+        _infer_lp_norm,
+        _lp_norm_ref,
+        LpNormalizationAttrs,
+        doc="y = x / ||x||_p along axis (p in {1, 2}; 0 where the norm is 0)",
+    )
+)
+register(
+    OpDef(
+        "RMSNormalization",
+        _infer_rms_norm,
+        _rms_norm_ref,
+        RMSNormalizationAttrs,
+        inputs=(2, 2),
+        min_opset=23,
+        doc="y = x / sqrt(mean(x^2 over axes [axis, rank)) + epsilon) * scale",
     )
 )

@@ -181,6 +181,7 @@ class OpDef:
     quant: QuantPolicy = QuantPolicy.NONE
     qspec: QuantSpec | None = None
     expand: ExpandFn | None = None
+    min_opset: int = 0  # oldest default-domain opset with this op's form (export declares at least it)
     doc: str = ""
 
     @property

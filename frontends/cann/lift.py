@@ -3,10 +3,11 @@
 Data ops become graph inputs (in ``index`` order), Const ops constants (added when first
 used), NetOutput the graph outputs with their public names. One-to-one ops come back
 through ``SIMPLE_OPS``; the rest through lifters registered with :func:`lifter`
-(``lift_nn.py``, ``lift_quant.py``). Every op type is checked before any is converted, and
-all unsupported ones are reported together. Each lifted value must match the file's output
-descriptor (dtype and shape), and the finished graph must pass Kiln's verifier: a file that
-parses but does not describe a valid graph is a ModelFileError, never a wrong graph.
+(``lift_nn.py``, ``lift_tensor.py``, ``lift_quant.py``). Every op type is checked before any
+is converted, and all unsupported ones are reported together. Each lifted value must match
+the file's output descriptor (dtype and shape), and the finished graph must pass Kiln's
+verifier: a file that parses but does not describe a valid graph is a ModelFileError, never
+a wrong graph.
 """
 
 from __future__ import annotations
@@ -227,5 +228,6 @@ def lift_graph(om: OmGraph, source: str, input_shapes: Mapping[str, Sequence[int
     """The Kiln Graph of an OmGraph read from ``source``."""
     import frontends.cann.lift_nn  # noqa: F401  (registers the lifters that need code)
     import frontends.cann.lift_quant  # noqa: F401
+    import frontends.cann.lift_tensor  # noqa: F401
 
     return Lifter(om, source).run(input_shapes or {})

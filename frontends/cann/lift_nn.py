@@ -1,8 +1,9 @@
-"""Lifters that need code: Conv2D, FullyConnection, Pooling, BNInference, Reshape.
+"""Lifters that need code: Conv2D, FullyConnection, Pooling, AvgPoolV2, BNInference, Reshape.
 
 The inverses of ``backends/cann/lower_nn.py`` (and of ``nn_attrs.py``): GE's 4-element
 strides/dilations and [top, bottom, left, right] pads become ONNX's; Pooling's
-``ceil_mode`` 0 means ceil; FullyConnection's ``transpose`` means a [K, N] weight
+``ceil_mode`` 0 means ceil, AvgPoolV2's is a bool and its ``exclusive`` is ONNX's
+``count_include_pad = 0``; FullyConnection's ``transpose`` means a [K, N] weight
 (Gemm transB = 0); BNInference's inputs (x, mean, variance, momentum, scale, offset) become
 BatchNormalization's (x, scale, bias, mean, var), with momentum (the statistics' scale
 factor) required to be 1. A Conv2D or FullyConnection with an int8 filter is one half of
@@ -105,6 +106,32 @@ def _pool(lf: Lifter, op: OmOp) -> Value:
     if mode == 1 and any((t, b, left, r)):
         attrs["count_include_pad"] = 1
     return lf.node("MaxPool" if mode == 0 else "AveragePool", ins, attrs, op.name)
+
+
+@lifter("AvgPoolV2")
+def _avg_pool_v2(lf: Lifter, op: OmOp) -> Value:
+    if lf.attr(op, "data_format", "s", "NCHW") != "NCHW":
+        raise LiftError("only NCHW pooling is supported")
+    mode = lf.attr(op, "padding_mode", "s", "CALCULATED")
+    if mode != "CALCULATED":
+        raise LiftError(f"padding_mode {mode!r} (Kiln reads CALCULATED, explicit pads)")
+    if lf.attr(op, "divisor_override", "i", 0) != 0:
+        raise LiftError("divisor_override is not supported")
+    ins = lf.inputs(op)
+    if lf.attr(op, "global_pooling", "b", False):
+        return lf.node("GlobalAveragePool", ins, None, op.name)
+    ksize, strides = lf.ints(op, "ksize", 4), lf.ints(op, "strides", 4)
+    if ksize[:2] != (1, 1) or strides[:2] != (1, 1):
+        raise LiftError(f"ksize {list(ksize)} / strides {list(strides)} must be 1 on N and C")
+    t, b, left, r = lf.ints(op, "pads", 4, (0, 0, 0, 0))
+    attrs: dict[str, object] = {
+        "kernel_shape": ksize[2:],
+        "strides": strides[2:],
+        "pads": (t, left, b, r),
+        "ceil_mode": int(bool(lf.attr(op, "ceil_mode", "b", False))),
+        "count_include_pad": 0 if lf.attr(op, "exclusive", "b", True) else 1,
+    }
+    return lf.node("AveragePool", ins, attrs, op.name)
 
 
 @lifter("BNInference")

@@ -7,9 +7,10 @@ table: the backend (``lower.py``) writes ``ge`` ops with these attributes, the f
 maps must keep its default; otherwise the backend refuses the node by name.
 
 ``ACTIVATIONS`` maps the activation fused into ``kiln::FusedConv`` to the GE op that
-follows the Conv2D. Ops whose mapping needs code (Conv2D, Pooling, FullyConnection,
-BNInference, Reshape, TransposeD, ConcatD, ClipByValue and the int8 ops) live in
-``lower.py`` / ``lower_quant.py`` and in the frontend's lift modules.
+follows the Conv2D. Ops whose mapping needs code (Conv2D, Pooling, AvgPoolV2,
+FullyConnection, BNInference, Reshape, TransposeD, ConcatD, ClipByValue, GatherV2, Expand,
+PadV3 and the int8 ops) live in ``lower_nn.py`` / ``lower_tensor.py`` / ``lower_quant.py``
+and in the frontend's lift modules.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _bool_rule(name: str, ge: str) -> AttrRule:
 
 _UNARY = (
     *("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Erf"),
-    *("Sign", "Sin", "Cos"),
+    *("Sign", "Sin", "Cos", "Round"),
 )
 _BINARY: tuple[tuple[str, str], ...] = (
     ("Add", "Add"),

@@ -43,6 +43,8 @@ UNARY_OPS: dict[str, int] = {
     "Reciprocal": fb.UnaryOpOperation.RECIPROCAL,
     "Erf": fb.UnaryOpOperation.ERF,
     "Sign": fb.UnaryOpOperation.SIGN,
+    # (no Round: MNN 3.6.1's UnaryOp ROUND rounds halves away from zero, ONNX's Round to even;
+    # observed: -2.5 -> -3, 0.5 -> 1 against -2, 0)
     "Sin": fb.UnaryOpOperation.SIN,
     "Cos": fb.UnaryOpOperation.COS,
     "Sigmoid": fb.UnaryOpOperation.SIGMOID,

@@ -1,5 +1,6 @@
 """Shape and layout ops: Reshape, Flatten, Squeeze, Unsqueeze (all Reshape to the static
-output shape), Transpose (Permute), Concat, Softmax, Cast, Identity and Dropout (aliases).
+output shape), Transpose (Permute), Concat, Softmax, Cast, Expand (BroadcastTo to the static
+output shape, an int32 constant; MNN 3.6.1's runtime runs it), Identity and Dropout (aliases).
 
 All shapes are static by the time Kiln writes MNN, so every reshape-like op becomes one
 ``Reshape{dims = output shape, dimType NCHW}``; NCHW is what gives ONNX semantics.
@@ -102,6 +103,22 @@ def _lower_cast(ctx: LowerContext, node: Node) -> None:
     ctx.emit("Cast", ctx.op_name(node), [x], [out], Table("CastParam", {"srcT": src, "dstT": dst}))
 
 
+def _check_expand(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    if mnn_dtype(x.type.dtype) is None:
+        return f"dtype {x.type.dtype.numpy.name} has no MNN tensor"
+    return None
+
+
+def _lower_expand(ctx: LowerContext, node: Node) -> None:
+    x = _first(ctx, node)
+    value = ctx.graph.value(node)
+    name = ctx.op_name(node)
+    shape = ctx.const_tensor(np.asarray(ctx.shape(value), np.int32), f"{name}__shape")
+    ctx.emit("BroadcastTo", name, [x, shape], [ctx.define(value, Format.NCHW)], None)
+
+
 def _check_dropout(graph: Graph, node: Node) -> str | None:
     if node.num_outputs > 1 and graph.users(graph.value(node, 1)):
         return "the mask output"
@@ -114,6 +131,7 @@ LOWERINGS: dict[str, Lowering] = {
     "Concat": Lowering(_lower_concat),
     "Softmax": Lowering(_lower_softmax),
     "Cast": Lowering(_lower_cast, _check_cast),
+    "Expand": Lowering(_lower_expand, _check_expand),
     "Identity": Lowering(_lower_identity),
     "Dropout": Lowering(_lower_identity, _check_dropout),
 }

@@ -1,13 +1,16 @@
 """ONNX converters, one module per op family; importing this package registers them all."""
 
 from frontends.onnx.converters import (  # noqa: F401  (registration side effects)
+    attention,
     conv,
+    detection,
     elementwise,
     linalg,
     logic,
     normalization,
     pooling,
     quantize,
+    recurrent,
     reduce,
     resize,
     tensor_data,

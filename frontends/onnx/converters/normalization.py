@@ -29,6 +29,7 @@ register_generic(
         "GroupNormalization": 21,
         "MeanVarianceNormalization": 9,
         "LpNormalization": 1,
+        "RMSNormalization": 23,
         "Dropout": 12,
     }
 )

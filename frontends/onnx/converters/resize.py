@@ -5,6 +5,8 @@
   x_in = x_out / scale; nearest takes floor(x_in). They become Resize with
   ``coordinate_transformation_mode="asymmetric"`` and, for nearest,
   ``nearest_mode="floor"``; the mode ``bilinear`` is ``linear``.
+* GridSample-16 (4-D only) names its modes ``bilinear``/``bicubic``; they become
+  the opset-20 ``linear``/``cubic``; GridSample-20 maps 1:1.
 * Resize-11 and later map 1:1; a constant empty ``roi`` or ``scales`` (how
   exporters spell "absent" before opset 13) becomes an absent input.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.ir.graph import Value
-from frontends.onnx.converter import NodeContext, converter
+from frontends.onnx.converter import NodeContext, converter, register_generic
 
 __all__: list[str] = []
 
@@ -60,3 +62,17 @@ def resize_v11(ctx: NodeContext) -> list[Value]:
     """Resize-11 and later: 1:1, with empty constant roi/scales/sizes made absent."""
     ins = [ctx.require(0)] + [_absent_if_empty(ctx.input(i)) for i in (1, 2, 3)]
     return ctx.emit("Resize", ins, ctx.rest())
+
+
+register_generic({"GridSample": 20})
+
+_GRID_SAMPLE_16_MODES = {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}
+
+
+@converter("GridSample", since=16)
+def grid_sample_v16(ctx: NodeContext) -> list[Value]:
+    """GridSample-16: opset-16 mode names -> opset-20 ones."""
+    mode = str(ctx.pop("mode", "bilinear"))
+    if mode not in _GRID_SAMPLE_16_MODES:
+        raise ctx.fail(f"GridSample-16 mode {mode!r} is not bilinear, nearest or bicubic")
+    return ctx.emit("GridSample", ctx.inputs, ctx.rest(mode=_GRID_SAMPLE_16_MODES[mode]))

@@ -10,6 +10,7 @@ Upgrades to the canonical (opset 21) form:
   (before 18) gets ``num_outputs`` = its output count.
 * Pad-2..10: ``pads``/``value`` attributes become inputs.
 * TopK-1: the ``k`` attribute becomes a 1-D int64 input.
+* Scatter-9 (deprecated in 11) is ScatterElements without a reduction.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ register_generic(
         "ConstantOfShape": 9,
         "Range": 11,
         "NonZero": 9,
-        "OneHot": 11,
+        "OneHot": 9,
         "Trilu": 14,
         "CumSum": 11,
         "ReverseSequence": 10,
@@ -146,3 +147,9 @@ def topk_v1(ctx: NodeContext) -> list[Value]:
     if k is None:
         raise ctx.fail("TopK-1 needs 'k'")
     return ctx.emit("TopK", [ctx.require(0), ctx.ints([int(k)], "k")], ctx.rest())
+
+
+@converter("Scatter", since=9, needs=("ScatterElements",))
+def scatter_v9(ctx: NodeContext) -> list[Value]:
+    """Scatter-9/11: the old name of ScatterElements."""
+    return ctx.emit("ScatterElements", ctx.inputs, ctx.rest())
