@@ -25,6 +25,7 @@ QDQ form (CANN: its FullyConnection reads 2-D data, and MatMul may be batched).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -303,25 +304,63 @@ def _qgemm(rw: Rewriter, node: Node, ops: _Operands, trans_b: int, out: str, y: 
     return rw.op("QGemm", ins, attrs, domain=KILN, like=node)
 
 
-@dataclass
-class QuantizedConv(Rule):
-    """q_y(conv(dq(x), dq(W), dq(b), dq(r))) -> QConv{out = y's dtype}."""
+class _Fusion(Rule):
+    """One QDQ fusion: ``operands`` reads the integer operands (or says why not), ``build`` adds
+    the fused op; ``quantized_out`` rules take the region's QuantizeLinear as their root."""
 
-    depthwise: bool = True
-    name = "quantized-conv"
-    pattern = _q_pattern("Conv")
+    option: bool = True  # depthwise for convs, matmul for Gemm/MatMul
+    quantized_out = True
+
+    def operands(self, graph: Graph, node: Node) -> Any:
+        raise NotImplementedError
+
+    def build(self, rw: Rewriter, node: Node, ops: Any, out: str, y: _QParam | None) -> Value:
+        raise NotImplementedError
 
     def check(self, graph: Graph, m: Match) -> str | None:
-        reason = _output_reason(graph, m)
-        ops = reason or _conv_operands(graph, m.node("op"), self.depthwise)
+        node = m.node("op")
+        reason = _output_reason(graph, m) if self.quantized_out else None
+        ops = reason or self.operands(graph, node)
         return ops if isinstance(ops, str) else None
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
-        conv = m.node("op")
-        ops = _conv_operands(rw.graph, conv, self.depthwise)
+        node = m.node("op")
+        ops = self.operands(rw.graph, node)
         assert not isinstance(ops, str)
-        y, out = _output_grid(m)
-        rw.replace(rw.graph.value(m.root), _qconv(rw, conv, ops, out, y), take_name=True)
+        y, out = _output_grid(m) if self.quantized_out else (None, "float32")
+        rw.replace(rw.graph.value(m.root), self.build(rw, node, ops, out, y), take_name=True)
+
+
+@dataclass
+class _ConvFusion(_Fusion):
+    option: bool = True
+
+    def operands(self, graph: Graph, node: Node) -> _Operands | str:
+        return _conv_operands(graph, node, self.option)
+
+    def build(self, rw: Rewriter, node: Node, ops: _Operands, out: str, y: _QParam | None) -> Value:
+        return _qconv(rw, node, ops, out, y)
+
+
+@dataclass
+class _GemmFusion(_Fusion):
+    option: bool = True
+
+    def operands(self, graph: Graph, node: Node) -> tuple[_Operands, int] | str:
+        return _gemm_operands(graph, node, self.option)
+
+    def build(
+        self, rw: Rewriter, node: Node, ops: tuple[_Operands, int], out: str, y: _QParam | None
+    ) -> Value:
+        return _qgemm(rw, node, *ops, out, y)
+
+
+@dataclass
+class QuantizedConv(_ConvFusion):
+    """q_y(conv(dq(x), dq(W), dq(b), dq(r))) -> QConv{out = y's dtype} (option: fuse depthwise)."""
+
+    name = "quantized-conv"
+    pattern = _q_pattern("Conv")
 
 
 @dataclass
@@ -332,21 +371,12 @@ class QuantizedFusedConv(QuantizedConv):
 
 
 @dataclass
-class FloatOutConv(Rule):
+class FloatOutConv(_ConvFusion):
     """conv(dq(x), dq(W), dq(b), dq(r)) whose output stays float -> QConv{out = float32}."""
 
-    depthwise: bool = True
     name = "float-out-conv"
     pattern = Op("Conv", name="op")
-
-    def check(self, graph: Graph, m: Match) -> str | None:
-        ops = _conv_operands(graph, m.root, self.depthwise)
-        return ops if isinstance(ops, str) else None
-
-    def rewrite(self, rw: Rewriter, m: Match) -> None:
-        ops = _conv_operands(rw.graph, m.root, self.depthwise)
-        assert not isinstance(ops, str)
-        rw.replace(rw.graph.value(m.root), _qconv(rw, m.root, ops, "float32", None), take_name=True)
+    quantized_out = False
 
 
 @dataclass
@@ -357,45 +387,23 @@ class FloatOutFusedConv(FloatOutConv):
 
 
 @dataclass
-class QuantizedGemm(Rule):
-    """q_y(dq(x) @ dq(W) + dq(b)) (Gemm or MatMul) -> QGemm{out = y's dtype}."""
+class QuantizedGemm(_GemmFusion):
+    """q_y(dq(x) @ dq(W) + dq(b)) (Gemm or MatMul) -> QGemm{out = y's dtype} (option: fuse MatMul)."""
 
-    matmul: bool = True
     name = "quantized-gemm"
     pattern = Op(
         "QuantizeLinear",
         (Op(("Gemm", "MatMul"), name="op", shared=True), Const("y_scale"), Const("y_zero", optional=True)),
     )
 
-    def check(self, graph: Graph, m: Match) -> str | None:
-        reason = _output_reason(graph, m)
-        ops = reason or _gemm_operands(graph, m.node("op"), self.matmul)
-        return ops if isinstance(ops, str) else None
-
-    def rewrite(self, rw: Rewriter, m: Match) -> None:
-        node = m.node("op")
-        ops = _gemm_operands(rw.graph, node, self.matmul)
-        assert not isinstance(ops, str)
-        y, out = _output_grid(m)
-        rw.replace(rw.graph.value(m.root), _qgemm(rw, node, *ops, out, y), take_name=True)
-
 
 @dataclass
-class FloatOutGemm(Rule):
+class FloatOutGemm(_GemmFusion):
     """dq(x) @ dq(W) + dq(b) whose output stays float -> QGemm{out = float32}."""
 
-    matmul: bool = True
     name = "float-out-gemm"
     pattern = Op(("Gemm", "MatMul"), name="op")
-
-    def check(self, graph: Graph, m: Match) -> str | None:
-        ops = _gemm_operands(graph, m.root, self.matmul)
-        return ops if isinstance(ops, str) else None
-
-    def rewrite(self, rw: Rewriter, m: Match) -> None:
-        ops = _gemm_operands(rw.graph, m.root, self.matmul)
-        assert not isinstance(ops, str)
-        rw.replace(rw.graph.value(m.root), _qgemm(rw, m.root, *ops, "float32", None), take_name=True)
+    quantized_out = False
 
 
 @register_pass

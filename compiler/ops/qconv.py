@@ -55,6 +55,7 @@ __all__ = [
     "linear_requantize",
     "qconv_accumulate",
     "add_dequantize",
+    "add_output_quantize",
     "scale_array",
 ]
 
@@ -276,12 +277,17 @@ def _expand(g: Graph, node: Node) -> list[Value]:
             add_dequantize(g, r, np.array(a.r_scale, np.float32), np.array(a.r_zero, rdt), f"{base}_r_dq")
         )
     y = g.value(g.add_node("FusedConv", fused, _fused_attrs(a), domain=KILN, name=f"{base}_float"))
-    if a.out_dtype == "float32":
-        return [y]
-    ydt = QCONV_OUT_DTYPES[a.out_dtype].numpy
-    s = g.add_constant(np.array(a.y_scale, np.float32), f"{base}_y_scale")
-    z = g.add_constant(np.array(a.y_zero, ydt), f"{base}_y_zp")
-    return [g.value(g.add_node("QuantizeLinear", [y, s, z], name=f"{base}_q"))]
+    return [add_output_quantize(g, y, a.out_dtype, a.y_scale, a.y_zero, base)]
+
+
+def add_output_quantize(g: Graph, y: Value, out_dtype: str, y_scale: float, y_zero: int, base: str) -> Value:
+    """The float result of an expanded integer op on its output grid: QuantizeLinear(y; s_y, z_y),
+    or ``y`` itself for ``out_dtype`` float32."""
+    if out_dtype == "float32":
+        return y
+    s = g.add_constant(np.array(y_scale, np.float32), f"{base}_y_scale")
+    z = g.add_constant(np.array(y_zero, QCONV_OUT_DTYPES[out_dtype].numpy), f"{base}_y_zp")
+    return g.value(g.add_node("QuantizeLinear", [y, s, z], name=f"{base}_q"))
 
 
 register(

@@ -27,6 +27,7 @@ from compiler.ops.linalg import GemmAttrs, matmul_shape
 from compiler.ops.qconv import (
     QCONV_OUT_DTYPES,
     add_dequantize,
+    add_output_quantize,
     linear_requantize,
     qconv_multiplier,
     qconv_requant_multiplier,
@@ -127,11 +128,7 @@ def _expand(g: Graph, node: Node) -> list[Value]:
             operands.append(add_dequantize(g, b, bs, np.zeros(bs.shape, np.int32), f"{base}_b_dq"))
         attrs = GemmAttrs(transB=a.trans_b)
         y = g.value(g.add_node("Gemm", operands, attrs, name=f"{base}_float"))
-    if a.out_dtype == "float32":
-        return [y]
-    s = g.add_constant(np.array(a.y_scale, np.float32), f"{base}_y_scale")
-    z = g.add_constant(np.array(a.y_zero, QCONV_OUT_DTYPES[a.out_dtype].numpy), f"{base}_y_zp")
-    return [g.value(g.add_node("QuantizeLinear", [y, s, z], name=f"{base}_q"))]
+    return [add_output_quantize(g, y, a.out_dtype, a.y_scale, a.y_zero, base)]
 
 
 register(
