@@ -5,6 +5,8 @@
 * Attributes: only non-default values (``OpDef.non_default_attrs``), typed by
   the attrs dataclass's field hints (ints, floats, strings, tuples, tensors).
 * Absent optional inputs are ``""``; trailing ones are dropped.
+* Optional outputs nobody reads (ports from ``OpDef.outputs[0]`` on, not variadic)
+  are ``""`` too; trailing ones are dropped (a node keeps at least its first output).
 * Kiln-domain ops are rewritten into standard ops with ``OpDef.expand`` on a
   clone; one without an expansion is an error.
 * The declared default-domain opset is the requested one, raised to the newest
@@ -188,7 +190,7 @@ def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
         if node.domain:
             domains.add(node.domain)
         proto = helper.make_node(
-            node.op, names, list(node.output_names), name=node.name or None, domain=node.domain or None
+            node.op, names, _output_names(g, node), name=node.name or None, domain=node.domain or None
         )
         proto.attribute.extend(_attributes(node))
         nodes.append(proto)
@@ -204,6 +206,20 @@ def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
         prop = model.metadata_props.add()
         prop.key, prop.value = f"kiln.{key}", str(graph.metadata[key])
     return model
+
+
+def _output_names(g: Graph, node: Node) -> list[str]:
+    """The node's output names; an unread optional output is ``""`` and trailing ones are dropped."""
+    lo, hi = get_op(node.op, node.domain).outputs
+    names = list(node.output_names)
+    if hi < 0:  # variadic outputs (Split) are not optional
+        return names
+    for port, v in enumerate(g.outputs_of(node)):
+        if port >= lo and not g.users(v) and not g.is_output(v):
+            names[port] = ""
+    while names and not names[-1]:
+        names.pop()
+    return names or node.output_names[:1]
 
 
 def _renamed_constants(g: Graph, taken: set[str]) -> dict[int, str]:

@@ -6,6 +6,7 @@ Importing this package registers every op; ask :func:`get_op` for an OpDef.
 from compiler.ops import (  # noqa: F401  (registration side effects)
     attention,
     cast,
+    control_flow,
     conv,
     core,
     detection,

@@ -2,6 +2,7 @@
 
 from frontends.onnx.converters import (  # noqa: F401  (registration side effects)
     attention,
+    contrib,
     conv,
     detection,
     elementwise,
@@ -10,6 +11,7 @@ from frontends.onnx.converters import (  # noqa: F401  (registration side effect
     normalization,
     pooling,
     quantize,
+    quantized,
     recurrent,
     reduce,
     resize,
