@@ -1,7 +1,9 @@
 """The ``kiln`` command line: inspect, compile, run.
 
 Every user error prints one line ``kiln: error: ...`` naming the file, node or
-op, and exits 2 (1 when an artifact fails verification).
+op, and exits 2 (1 when an artifact fails verification). A single-value flag given
+twice is refused (exit 2). An unexpected exception prints one line ``kiln: internal
+error in <stage> (...): ...`` with the path of a log file holding the traceback, and exits 3.
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compiler.errors import KilnError, OptionError
+from compiler.errors import InternalError, KilnError, OptionError
 
 if TYPE_CHECKING:
     from compiler.quant.options import QuantOptions
@@ -25,7 +29,40 @@ __all__ = ["main", "build_parser"]
 log = logging.getLogger("kiln")
 
 
+_GIVEN = "_kiln_given"  # the dests set during one parse, dropped when it ends
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's plain store, refusing a second value (``--seed 1 --seed 2``, ``-o a -o b``)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.dest in given:
+            flags = "/".join(self.option_strings) or self.dest
+            parser.error(f"{flags} is given more than once (it takes one value)")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns, rest = super().parse_known_args(args, namespace)
+        ns.__dict__.pop(_GIVEN, None)
+        return ns, rest
+
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"kiln: error: {self.prog}: {message}\n")
 
@@ -393,9 +430,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="kiln: %(message)s")
     try:
         return _COMMANDS[args.command](args)
+    except InternalError as exc:
+        return _internal_error(exc, args.command)
     except KilnError as exc:
         print(f"kiln: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - a bug outside any staged step: still one line, exit 3
+        wrapped = InternalError.wrap(exc, args.command)
+        wrapped.__cause__ = exc
+        return _internal_error(wrapped, args.command)
+
+
+def _internal_error(exc: InternalError, command: str) -> int:
+    """Write the traceback to a log file in the system temp dir; print one line naming it; exit 3."""
+    if exc.stage is None:
+        exc.stage = command
+    text = "".join(traceback.format_exception(exc))
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", prefix="kiln-internal-error-", suffix=".log", delete=False, encoding="utf-8"
+        ) as f:
+            f.write(f"kiln {command}: {exc.headline()}\n\n{text}")
+        where = f"traceback in {f.name}"
+    except OSError as err:
+        where = f"no log file ({err.strerror})"
+    print(f"kiln: {exc.headline()} [{where}]", file=sys.stderr)
+    return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -2,18 +2,24 @@
 
 Read top to bottom, each step is one call::
 
-    graph = load_model(...)          # frontends, picked by suffix / magic bytes
+    graph = load_model(...)          # frontends, picked by suffix / magic bytes (dynamic input
+                                     # dims from --inputs / --calib samples when not given)
     verify(graph)                    # structural and type checks
     optimize(graph, ctx)             # the named pass pipeline
     preflight(graph, requests)       # every requested backend can write the legalized graph
     quantize(graph, options)         # --quantize: calibration and QDQ (fp16 conversion)
     legalize + emit per request      # each backend's own pipeline on a clone, then its emit
-    verification = check(...)        # every artifact against the reference runtime
+    verification = check(...)        # every artifact against the reference runtime and the
+                                     # float64 interpreter on the unoptimized import
     manifest.json, then rename       # nothing partial is ever left behind
+
+Each step runs under ``internal_errors(stage)``: an unexpected exception becomes an InternalError
+naming the stage (and pass or backend, and node), which the CLI reports in one line (exit 3).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -24,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from compiler.backend import Artifact, Request, resolve_emit, resolve_target
-from compiler.errors import VerificationFailed
-from compiler.input_spec import check_inputs, load_inputs, random_inputs
+from compiler.errors import VerificationFailed, internal_errors
+from compiler.input_spec import check_inputs, load_inputs, random_inputs, sample_shapes
 from compiler.instruments import PassTiming
 from compiler.ir.graph import Graph
 from compiler.ir.verifier import verify
@@ -35,7 +41,7 @@ from compiler.plugins import detect_format, load_model
 from compiler.preflight import legalize, preflight
 from compiler.quant.quantize import QuantOutcome
 from compiler.runners import run_artifact, run_onnxruntime
-from compiler.verification import TOLERANCES, ArtifactCheck, compare_outputs
+from compiler.verification import TOLERANCES, ArtifactCheck, ExactReference, compare_outputs, exact_outputs
 
 __all__ = [
     "compile_model",
@@ -106,48 +112,42 @@ def reference_outputs(
 
 
 def compile_model(options: CompileOptions) -> CompileResult:
-    """Compile one model; raises KilnError subclasses on bad input or failed verification."""
+    """Compile one model; raises KilnError subclasses on bad input or failed verification
+    (InternalError, naming the stage, on an unexpected exception)."""
     from compiler.pipelines import instruments_for, optimize
 
     requests = requests_of(options)
     fmt = detect_format(options.model)
-    graph = load_model(options.model, input_shapes=options.input_shapes)
-    verify(graph)
-    feeds = _feeds(graph, options)
-    timing = optimize(graph, options)
-    preflight(graph, requests, options, options.model.name)
-    outcome = _quantize(graph, options, timing)
+    with internal_errors("import"):
+        graph, options, shapes_from = _import(options)
+    with internal_errors("verify"):
+        verify(graph)
+    with internal_errors("import"):
+        feeds = _feeds(graph, options)
+    source = graph.clone() if options.verify else None  # the exact oracle runs the unoptimized import
+    with internal_errors("optimize"):
+        timing = optimize(graph, options)
+    with internal_errors("preflight"):
+        preflight(graph, requests, options, options.model.name)
+    with internal_errors("quantize"):
+        outcome = _quantize(graph, options, timing)
 
     with atomic_output_dir(options.out_dir) as tmp:
         artifacts: list[Artifact] = []
         for req in requests:
             stage = f"legalize-{req.label}"
-            legal, ctx = legalize(graph, req, options, instruments_for(options, timing, stage))
-            artifacts.extend(req.backend.emit(legal, tmp, ctx, req.target))
-        if outcome is not None:
-            _write_quant_files(outcome, options, tmp)
+            with internal_errors("legalize", f"backend {req.label}"):
+                legal, ctx = legalize(graph, req, options, instruments_for(options, timing, stage))
+            with internal_errors("emit", f"backend {req.label}"):
+                artifacts.extend(req.backend.emit(legal, tmp, ctx, req.target))
+        with internal_errors("emit"):
+            if outcome is not None:
+                _write_quant_files(outcome, options, tmp)
         checks: list[ArtifactCheck] = []
         verification: dict[str, Any] = {"enabled": options.verify}
-        if options.verify:
-            ref_name, ref = reference_outputs(options.model, fmt, feeds)
-            skipped = [{"path": a.path, "why": a.unverifiable} for a in artifacts if a.unverifiable]
-            for art in artifacts:
-                if art.unverifiable:
-                    log.warning("not verified here: %s (%s)", art.path, art.unverifiable)
-                    continue
-                tol = TOLERANCES[art.precision]
-                got = run_artifact(tmp / art.path, feeds)
-                checks.append(
-                    ArtifactCheck(art.kind, art.path, art.precision, tol, compare_outputs(got, ref, tol))
-                )
-            verification.update(
-                reference=ref_name,
-                inputs=options.inputs.name if options.inputs else f"random normal, seed {options.seed}",
-                passed=all(c.passed for c in checks),
-                artifacts=[c.as_dict() for c in checks],
-            )
-            if skipped:
-                verification["not_run_here"] = skipped
+        if source is not None:
+            with internal_errors("verification"):
+                checks = _verify_artifacts(options, fmt, source, feeds, artifacts, tmp, verification)
         manifest = {
             "kiln_version": KILN_VERSION,
             "source": {"file": options.model.name, "format": fmt, "sha256": sha256_file(options.model)},
@@ -167,6 +167,8 @@ def compile_model(options: CompileOptions) -> CompileResult:
             ],
             "verification": verification,
         }
+        if shapes_from is not None:
+            manifest["input_shapes_from"] = shapes_from
         if outcome is not None:
             manifest["quantization"] = outcome.report
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -178,6 +180,69 @@ def compile_model(options: CompileOptions) -> CompileResult:
         err.result = result  # type: ignore[attr-defined]
         raise err
     return result
+
+
+def _import(options: CompileOptions) -> tuple[Graph, CompileOptions, dict[str, Any] | None]:
+    """Load the model; dynamic input dims that --input-shape leaves open come from the samples
+    (--inputs, else the calibration data): then the model is loaded again with those shapes, and
+    the options (and manifest) record them. Returns the graph, the options and where shapes came from."""
+    graph = load_model(options.model, input_shapes=options.input_shapes)
+    dynamic = [name for name, t in graph.input_types().items() if not t.is_static]
+    calib = options.quant.calib if options.quant is not None else None
+    calib = calib or next(
+        (o.calib for o in options.backend_options.values() if getattr(o, "calib", None)), None
+    )
+    if not dynamic or (options.inputs is None and calib is None):
+        return graph, options, None
+    source = options.inputs if options.inputs is not None else calib
+    assert source is not None
+    preprocess = options.quant.preprocess if options.quant is not None else None
+    found = sample_shapes(
+        source, graph.input_types(), dynamic, is_calib=options.inputs is None, preprocess=preprocess
+    )
+    shapes = {**options.input_shapes, **found}
+    options = dataclasses.replace(options, input_shapes=shapes)
+    log.info("input shapes from %s: %s", source.name, found)
+    graph = load_model(options.model, input_shapes=shapes)
+    return graph, options, {"file": source.name, "shapes": {k: list(v) for k, v in sorted(found.items())}}
+
+
+def _verify_artifacts(
+    options: CompileOptions,
+    fmt: str,
+    source: Graph,
+    feeds: dict[str, np.ndarray],
+    artifacts: list[Artifact],
+    out_dir: Path,
+    verification: dict[str, Any],
+) -> list[ArtifactCheck]:
+    """Run every artifact and check it against the reference runtime and the exact (float64)
+    result of the unoptimized import; fills ``verification`` for the manifest."""
+    ref_name, ref = reference_outputs(options.model, fmt, feeds)
+    exact: ExactReference = exact_outputs(source, feeds)
+    skipped = [{"path": a.path, "why": a.unverifiable} for a in artifacts if a.unverifiable]
+    checks: list[ArtifactCheck] = []
+    for art in artifacts:
+        if art.unverifiable:
+            log.warning("not verified here: %s (%s)", art.path, art.unverifiable)
+            continue
+        tol = TOLERANCES[art.precision]
+        got = run_artifact(out_dir / art.path, feeds)
+        checks.append(
+            ArtifactCheck(
+                art.kind, art.path, art.precision, tol, compare_outputs(got, ref, tol, exact.outputs)
+            )
+        )
+    verification.update(
+        reference=ref_name,
+        exact=exact.as_dict(),
+        inputs=options.inputs.name if options.inputs else f"random normal, seed {options.seed}",
+        passed=all(c.passed for c in checks),
+        artifacts=[c.as_dict() for c in checks],
+    )
+    if skipped:
+        verification["not_run_here"] = skipped
+    return checks
 
 
 def requests_of(options: CompileOptions) -> list[Request]:

@@ -11,7 +11,7 @@ import numpy as np
 from compiler.errors import InputShapeError, ModelFileError
 from compiler.ir.types import TensorType
 
-__all__ = ["parse_input_shapes", "load_inputs", "random_inputs", "check_inputs"]
+__all__ = ["parse_input_shapes", "load_inputs", "random_inputs", "check_inputs", "sample_shapes"]
 
 
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -101,4 +101,37 @@ def check_inputs(
                     f"{source}: input {name!r} has shape {list(arr.shape)}, model expects {list(want)}"
                 )
         out[name] = arr.astype(t.dtype.numpy, copy=False)
+    return out
+
+
+def sample_shapes(
+    path: Path,
+    types: Mapping[str, TensorType],
+    names: Sequence[str],
+    *,
+    is_calib: bool,
+    preprocess: str | None = None,
+) -> dict[str, tuple[int, ...]]:
+    """The shapes of inputs ``names`` taken from samples: an ``--inputs`` file (each array as fed)
+    or calibration data (its first sample, without the stack axis); names the file on a mismatch."""
+    if is_calib:
+        from compiler.calibration.dataset import load_calibration
+
+        arrays = load_calibration(path, types, count=1, preprocess=preprocess)[0]
+    else:
+        arrays = load_inputs(path)
+        if set(arrays) == {""} and len(types) == 1:
+            arrays = {next(iter(types)): arrays[""]}
+    out: dict[str, tuple[int, ...]] = {}
+    for name in names:
+        if name not in arrays:
+            raise InputShapeError(
+                f"{path}: no array for input {name!r}, whose shape is dynamic; give --input-shape {name}=..."
+            )
+        shape, want = tuple(int(d) for d in np.shape(arrays[name])), types[name].shape
+        if want is not None and len(want) != len(shape):
+            raise InputShapeError(
+                f"{path}: input {name!r} has shape {list(shape)}, model expects {list(want)}"
+            )
+        out[name] = shape
     return out

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from compiler.errors import KilnError
+from compiler.errors import InternalError, KilnError, blamed_node
 from compiler.instruments import Instrument
 from compiler.ir.graph import Graph
 from compiler.ir.verifier import VerificationError, verify
@@ -23,8 +23,11 @@ __all__ = ["PassManager", "FixedPoint", "PipelineItem", "PassFailed"]
 log = logging.getLogger(__name__)
 
 
-class PassFailed(KilnError):
-    """A pass broke the graph (the verifier failed after it) or raised."""
+class PassFailed(InternalError):
+    """A pass broke the graph (the verifier failed after it) or raised: a bug, exit 3.
+
+    ``where`` names the pass and ``node`` the node it was rewriting (when a rule raised).
+    """
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,22 @@ class PassManager:
         except KilnError:
             raise
         except Exception as exc:
-            raise PassFailed(f"pass {spec!r} failed: {type(exc).__name__}: {exc}") from exc
+            detail = f"{type(exc).__name__}: {exc}"
+            raise PassFailed(
+                f"pass {spec!r} failed: {detail}",
+                where=[f"pass {spec!r}"],
+                node=blamed_node(exc),
+                detail=detail,
+            ) from exc
         if self.ctx.verify_each:
             try:
                 verify(graph)
             except VerificationError as exc:
-                raise PassFailed(f"pass {spec!r} left an invalid graph: {exc}") from exc
+                raise PassFailed(
+                    f"pass {spec!r} left an invalid graph: {exc}",
+                    where=[f"pass {spec!r}"],
+                    detail=f"left an invalid graph: {exc}",
+                ) from exc
         self.results.append((spec, result))
         log.info("%s: %s", spec, result.summary())
         for ins in self.instruments:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from compiler.errors import blame_node
 from compiler.ir.graph import Graph, Node, Value
 from compiler.rewriter import PassResult, Rewriter
 
@@ -192,25 +193,36 @@ def apply_rules(
             for node in graph.nodes():
                 if not graph.has_node(node.id):
                     continue
-                for rule in by_op.get(node.op, []):
-                    m = match(graph, rule.pattern, node)
-                    reason = m if isinstance(m, str) else rule.check(graph, m)
-                    if reason is not None:
-                        if near_misses is not None and not isinstance(reason, OpMismatch):
-                            miss = NearMiss(rule.name, node.name or node.output_names[0], reason)
-                            if miss not in near_misses:
-                                near_misses.append(miss)
-                        continue
-                    assert isinstance(m, Match)
-                    rule.rewrite(rw, m)
-                    rw.applied(rule.name)
-                    fired = True
-                    break
+                try:
+                    fired = _apply_first(graph, rw, by_op.get(node.op, []), node, near_misses) or fired
+                except Exception as exc:
+                    blame_node(exc, node.describe())  # the CLI's internal-error line names the node
+                    raise
             if not fired:
                 break
         else:
             log.warning("rules %s did not converge in %d rounds", [r.name for r in rules], max_rounds)
     return rw.result
+
+
+def _apply_first(
+    graph: Graph, rw: Rewriter, rules: Sequence[Rule], node: Node, near_misses: list[NearMiss] | None
+) -> bool:
+    """Apply the first of ``rules`` that matches at ``node`` and passes its check; True if one did."""
+    for rule in rules:
+        m = match(graph, rule.pattern, node)
+        reason = m if isinstance(m, str) else rule.check(graph, m)
+        if reason is not None:
+            if near_misses is not None and not isinstance(reason, OpMismatch):
+                miss = NearMiss(rule.name, node.name or node.output_names[0], reason)
+                if miss not in near_misses:
+                    near_misses.append(miss)
+            continue
+        assert isinstance(m, Match)
+        rule.rewrite(rw, m)
+        rw.applied(rule.name)
+        return True
+    return False
 
 
 def scalar(arr: np.ndarray | None) -> Any:

@@ -7,7 +7,13 @@ BN(y) = y * k + c per channel, with k = g / s, c = beta - mu * k and s = sqrt(va
   axis 1 within each group). conv-mul and conv-add are the cases c = 0 and k = 1.
 * gemm-bn: BN(alpha * A' @ B' + beta * C) = alpha * A' @ (B' * k) + (beta * C * k + c).
 * matmul-bn: BN(x @ W) = Gemm(x, W * k, c) for 2-D x (for rank > 2 BN's axis 1 is not W's axis).
-* bn-affine: any other BN becomes Mul(x, k) + c with constants of shape [C, 1, ..., 1].
+* bn-affine: any other BN becomes Mul(x, k) + c with constants of shape [C, 1, ..., 1] when every
+  channel has |mu| <= 4 s, else the centered (x - mu) * k + beta (Sub, Mul, Add). For x near a
+  large mean mu, x * k rounds at the scale |mu| * k and the following + c cancels it, losing about
+  log2(1 + |mu| / s) bits of the result; folding c into a following conv (add-conv) is worse still,
+  since the conv then accumulates the uncentered x and cancels only at the end. x - mu is exact
+  there (Sterbenz) and every later rounding is at the result's own scale. add-conv folds Add only,
+  so the Sub stays in front of a conv that absorbs k and beta.
 * mul-conv: conv(x * k, W) = conv(x, W * k) along W's input channels, exact with zero padding
   since 0 * k = 0; grouped and depthwise convs map W[m, j] to input channel (m // (M/group)) * C/group + j.
 * add-conv: conv(x + c, W) + b = conv(x, W) + b + sum_{j,t} W[m, j, t] * c[j] only when the conv does
@@ -28,9 +34,11 @@ from compiler.pass_infra import Pass, PassContext, register_pass
 from compiler.pattern import Any_, Const, Match, Op, Rule, apply_rules
 from compiler.rewriter import PassResult, Rewriter
 
-__all__ = ["FoldBatchNorm", "RULES"]
+__all__ = ["FoldBatchNorm", "RULES", "CENTER_ABOVE"]
 
 CONVS = ("Conv", "ConvTranspose")
+# bn-affine writes the centered form once some channel's |mu| / s exceeds this (> 2.3 bits lost)
+CENTER_ABOVE = 4.0
 
 
 def _bn(producer: Op | Any_) -> Op:
@@ -197,7 +205,7 @@ class MatMulBN(Rule):
 
 
 class BNToAffine(Rule):
-    """BN(x) = x * k + c with k, c of shape [C, 1, ..., 1] (when no producer can absorb it)."""
+    """BN(x) = x * k + c, or (x - mu) * k + beta when some |mu| > 4 s (constants of shape [C, 1, ..., 1])."""
 
     name = "bn-affine"
     pattern = _bn(Any_("x"))
@@ -213,9 +221,20 @@ class BNToAffine(Rule):
         assert kc is not None and x.type.rank is not None
         shape, dt = (-1, *(1,) * (x.type.rank - 2)), x.type.dtype.numpy
         base = m.root.output_names[0]
-        k, c = (rw.const(v.reshape(shape).astype(dt), f"{base}_{s}") for v, s in zip(kc, "kc", strict=True))
-        scaled = rw.op("Mul", [x, k], name=f"{base}_scale")
-        new = rw.op("Add", [scaled, c], like=m.root)
+
+        def const(v: np.ndarray, suffix: str) -> Value:
+            return rw.const(v.reshape(shape).astype(dt), f"{base}_{suffix}")
+
+        k, c = kc
+        mu, var = (np.asarray(m.value(n).const, np.float64).reshape(-1) for n in ("mu", "var"))
+        if np.all(np.abs(mu) <= CENTER_ABOVE * np.sqrt(var + float(m.root.attrs.epsilon))):
+            scaled = rw.op("Mul", [x, const(k, "k")], name=f"{base}_scale")
+            new = rw.op("Add", [scaled, const(c, "c")], like=m.root)
+        else:
+            beta = np.asarray(m.value("beta").const, np.float64).reshape(-1)
+            centered = rw.op("Sub", [x, const(np.broadcast_to(mu, k.shape), "mu")], name=f"{base}_centered")
+            scaled = rw.op("Mul", [centered, const(k, "k")], name=f"{base}_scale")
+            new = rw.op("Add", [scaled, const(np.broadcast_to(beta, k.shape), "beta")], like=m.root)
         rw.replace(rw.graph.value(m.root), new, take_name=True)
 
 
