@@ -1,4 +1,7 @@
-"""Converters of QuantizeLinear / DequantizeLinear (1:1; later opsets only add attributes)."""
+"""Converters of QuantizeLinear / DequantizeLinear (1:1; later opsets only add attributes).
+
+DynamicQuantizeLinear and the QOperator / integer ops are in :mod:`.quantized`.
+"""
 
 from __future__ import annotations
 
@@ -6,4 +9,4 @@ from frontends.onnx.converter import register_generic
 
 __all__: list[str] = []
 
-register_generic({"QuantizeLinear": 10, "DequantizeLinear": 10, "DynamicQuantizeLinear": 11})
+register_generic({"QuantizeLinear": 10, "DequantizeLinear": 10})
