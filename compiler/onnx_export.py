@@ -7,6 +7,10 @@
 * Absent optional inputs are ``""``; trailing ones are dropped.
 * Optional outputs nobody reads (ports from ``OpDef.outputs[0]`` on, not variadic)
   are ``""`` too; trailing ones are dropped (a node keeps at least its first output).
+* A control-flow node's subgraphs become its GRAPH attributes; its captured inputs are
+  not written as node inputs: the subgraph reads those outer names directly (ONNX's
+  implicit outer-scope references), and a subgraph value that would shadow an outer
+  name is renamed.
 * Kiln-domain ops are rewritten into standard ops with ``OpDef.expand`` on a
   clone; one without an expansion is an error.
 * The declared default-domain opset is the requested one, raised to the newest
@@ -37,7 +41,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from compiler.errors import ConversionError
-from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node
+from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node, subgraph_attrs
 from compiler.ir.types import DType, TensorType
 from compiler.ops.registry import get_op
 
@@ -119,7 +123,13 @@ def _attribute(name: str, value: Any, kind: str, where: str) -> onnx.AttributePr
 
 def _attributes(node: Node) -> list[onnx.AttributeProto]:
     opdef = get_op(node.op, node.domain)
-    values = opdef.non_default_attrs(node.attrs)
+    fields = dataclasses.fields(node.attrs) if dataclasses.is_dataclass(node.attrs) else ()
+    own = {f.name for f in fields if f.metadata.get("kiln_only")}  # Kiln's own fields (captures)
+    values = {
+        k: v
+        for k, v in opdef.non_default_attrs(node.attrs).items()
+        if k not in own and not isinstance(v, Graph)
+    }
     if not values:
         return []
     hints = typing.get_type_hints(type(node.attrs)) if dataclasses.is_dataclass(node.attrs) else {}
@@ -171,32 +181,8 @@ def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
     if opset < EXPORT_OPSET:
         raise ValueError(f"export to opset {opset} is not supported (Kiln emits opset {EXPORT_OPSET} forms)")
     g = _expand_custom(graph)
-    taken = {v.name for v in g.inputs} | {o for n in g.nodes() for o in n.output_names}
-    renamed = _renamed_constants(g, taken)
-    inputs = [_value_info(v.name, v.type) for v in g.inputs]
-    initializers: list[onnx.TensorProto] = []
-    nodes: list[onnx.NodeProto] = []
-    domains: set[str] = set()
-    for node in g.nodes():
-        if node.op == INPUT_OP and not node.domain:
-            continue
-        if node.op == CONSTANT_OP and not node.domain:
-            name = renamed.get(node.id, node.output_names[0])
-            initializers.append(_tensor(node.attrs.value, node.output_types[0].dtype, name))
-            continue
-        names = ["" if v is None else renamed.get(v.node, v.name) for v in g.inputs_of(node)]
-        while names and not names[-1]:
-            names.pop()
-        if node.domain:
-            domains.add(node.domain)
-        proto = helper.make_node(
-            node.op, names, _output_names(g, node), name=node.name or None, domain=node.domain or None
-        )
-        proto.attribute.extend(_attributes(node))
-        nodes.append(proto)
-    outputs = _outputs(g, nodes, renamed, taken)
-    model_graph = helper.make_graph(nodes, g.name or "main", inputs, outputs, initializer=initializers)
-    opset = max([opset] + [get_op(n.op).min_opset for n in g.nodes() if not n.domain])
+    model_graph, domains, ops = _graph_proto(g, g.name or "main", set(), {})
+    opset = max([opset] + [get_op(op).min_opset for op in ops])
     opsets = [helper.make_operatorsetid("", opset)]
     opsets += [helper.make_operatorsetid(d, 1) for d in sorted(domains)]
     model = helper.make_model(
@@ -206,6 +192,67 @@ def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
         prop = model.metadata_props.add()
         prop.key, prop.value = f"kiln.{key}", str(graph.metadata[key])
     return model
+
+
+def _graph_proto(
+    g: Graph, name: str, outer: set[str], alias: dict[int, str]
+) -> tuple[onnx.GraphProto, set[str], set[str]]:
+    """One graph (or subgraph) as a GraphProto, with the domains and default-domain ops it uses.
+
+    ``outer`` holds the names of enclosing scopes (a subgraph value that would shadow one is
+    renamed); ``alias`` maps a subgraph's capture inputs (node ids) to the outer names they
+    read, so captures are written back as ONNX's implicit outer-scope references.
+    """
+    taken = set(outer) | {v.name for v in g.inputs} | {o for n in g.nodes() for o in n.output_names}
+    renamed = _renamed_constants(g, taken)
+    names: dict[tuple[int, int], str] = {}
+    for node in g.nodes():
+        for port, nm in enumerate(node.output_names):
+            if node.id in alias:
+                names[(node.id, port)] = alias[node.id]
+            elif node.id in renamed:
+                names[(node.id, port)] = renamed[node.id]
+            else:
+                names[(node.id, port)] = _fresh(nm, taken) if nm in outer else nm
+    inputs = [_value_info(names[(v.node, 0)], v.type) for v in g.inputs if v.node not in alias]
+    initializers: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+    domains: set[str] = set()
+    ops: set[str] = set()
+    for node in g.nodes():
+        if node.op == INPUT_OP and not node.domain:
+            continue
+        if node.op == CONSTANT_OP and not node.domain:
+            initializers.append(_tensor(node.attrs.value, node.output_types[0].dtype, names[(node.id, 0)]))
+            continue
+        n_in = node.num_inputs - int(getattr(node.attrs, "captures", 0) if node.subgraphs else 0)
+        ins = ["" if v is None else names[(v.node, v.port)] for v in g.inputs_of(node)[:n_in]]
+        while ins and not ins[-1]:
+            ins.pop()
+        if node.domain:
+            domains.add(node.domain)
+        else:
+            ops.add(node.op)
+        outs = [names[(node.id, p)] if nm else "" for p, nm in enumerate(_output_names(g, node))]
+        proto = helper.make_node(node.op, ins, outs, name=node.name or None, domain=node.domain or None)
+        proto.attribute.extend(_attributes(node))
+        for attr, sub in subgraph_attrs(node.attrs):
+            caps = node.num_inputs - n_in
+            formal = len(sub.inputs) - caps
+            bound = g.inputs_of(node)[n_in:]
+            sub_alias = {
+                sub.inputs[formal + k].node: names[(v.node, v.port)]
+                for k, v in enumerate(bound)
+                if v is not None
+            }
+            sub_proto, sub_domains, sub_ops = _graph_proto(sub, attr, taken, sub_alias)
+            taken |= {vi.name for vi in sub_proto.input} | {o for n in sub_proto.node for o in n.output}
+            proto.attribute.append(helper.make_attribute(attr, sub_proto))
+            domains |= sub_domains
+            ops |= sub_ops
+        nodes.append(proto)
+    outputs = _outputs(g, nodes, names, set(renamed), taken, outer)
+    return helper.make_graph(nodes, name, inputs, outputs, initializer=initializers), domains, ops
 
 
 def _output_names(g: Graph, node: Node) -> list[str]:
@@ -233,7 +280,12 @@ def _renamed_constants(g: Graph, taken: set[str]) -> dict[int, str]:
 
 
 def _outputs(
-    g: Graph, nodes: list[onnx.NodeProto], renamed: dict[int, str], taken: set[str]
+    g: Graph,
+    nodes: list[onnx.NodeProto],
+    names: dict[tuple[int, int], str],
+    renamed: set[int],
+    taken: set[str],
+    outer: set[str],
 ) -> list[onnx.ValueInfoProto]:
     """Graph outputs; Identity nodes give constants, inputs and repeated values an output of their own."""
     seen: set[tuple[int, int]] = set()
@@ -241,11 +293,12 @@ def _outputs(
     out = []
     for v, public in zip(g.outputs, g.output_names, strict=True):
         key = (v.node, v.port)
-        src = renamed.get(v.node, v.name)
-        direct = public == v.name and key not in seen and v.node not in input_ids and v.node not in renamed
+        src = names[key]
+        direct = public == src and key not in seen and v.node not in input_ids and v.node not in renamed
         name = public
         if not direct:
-            if name in taken and name != v.name or key in seen or v.node in input_ids and name == v.name:
+            shadows = name in outer or (name in taken and name != v.name)
+            if shadows or key in seen or (v.node in input_ids and name == v.name):
                 name = _fresh(f"{public}_out", taken)
             taken.add(name)
             nodes.append(helper.make_node("Identity", [src], [name], name=name))

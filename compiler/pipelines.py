@@ -18,7 +18,13 @@ _BATCHNORM = FixedPoint(
     ("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"
 )
 _CLEANUP = FixedPoint(
-    ("fold-constants", "deduplicate-constants", "eliminate-identities", "eliminate-dead-nodes"),
+    (
+        "fold-constants",
+        "inline-constant-if",
+        "deduplicate-constants",
+        "eliminate-identities",
+        "eliminate-dead-nodes",
+    ),
     max_steps=8,
     name="cleanup",
 )
@@ -28,14 +34,17 @@ PIPELINES: dict[str, list[PipelineItem]] = {
     "cleanup": [_CLEANUP],
     # The default pipeline without canonicalize, whose hard-swish/hard-sigmoid rewrites are exact in
     # math but not in float32 rounding (pan: 5e-5): for checks that need the source model's numerics.
+    # unroll-loops after the first cleanup: an If folded to its branch may expose a static Loop
     "exact": [
         _CLEANUP,
+        "unroll-loops",
         _BATCHNORM,
         "fuse-conv-bias-act",
         _CLEANUP,
     ],
     "default": [
         _CLEANUP,
+        "unroll-loops",
         "canonicalize",
         _BATCHNORM,
         "fuse-conv-bias-act",

@@ -6,11 +6,17 @@ of ``v``. A :class:`Value` is ``(node, port)``. Graph inputs are ``Input`` nodes
 and constants are ``Constant`` nodes holding read-only numpy arrays, each
 distinct array stored once. Every edit goes through Graph methods, which keep
 names unique and notify listeners (the rewriter counts changes that way).
+
+A control-flow node (If, Loop, Scan) owns its subgraphs through Graph-valued attrs
+fields (:attr:`Node.subgraphs`); the outer values a subgraph reads are explicit node
+inputs (captures, :mod:`compiler.ops.control_flow`), so edges, passes and dead-code
+elimination see them like any other use. :meth:`Graph.clone` deep-copies subgraphs.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +27,7 @@ import numpy as np
 
 from compiler.ir.types import TensorType
 
-__all__ = ["Graph", "Node", "Value", "GraphError", "Listener"]
+__all__ = ["Graph", "Node", "Value", "GraphError", "Listener", "subgraph_attrs", "clone_attrs"]
 
 INPUT_OP = "Input"
 CONSTANT_OP = "Constant"
@@ -53,6 +59,11 @@ class Node:
     def qualified_op(self) -> str:
         """``domain::op`` for non-ONNX domains, else ``op``."""
         return f"{self.domain}::{self.op}" if self.domain else self.op
+
+    @property
+    def subgraphs(self) -> tuple[Graph, ...]:
+        """The graphs this node owns (If's branches, Loop's and Scan's body), in attribute order."""
+        return tuple(g for _, g in subgraph_attrs(self.attrs))
 
     def describe(self) -> str:
         """A short human description: op, source name and first output name."""
@@ -93,6 +104,22 @@ class Value:
     def const(self) -> np.ndarray | None:
         """The array if this value is a constant, else None."""
         return self.graph.const_value(self)
+
+
+def subgraph_attrs(attrs: Any) -> list[tuple[str, Graph]]:
+    """The ``(attribute name, Graph)`` fields of an attrs dataclass, in field order.
+
+    A control-flow node owns its subgraphs through its attrs (e.g. ``IfAttrs.then_branch``).
+    """
+    if not dataclasses.is_dataclass(attrs) or isinstance(attrs, type):
+        return []
+    return [(f.name, v) for f in dataclasses.fields(attrs) if isinstance(v := getattr(attrs, f.name), Graph)]
+
+
+def clone_attrs(attrs: Any) -> Any:
+    """``attrs`` with every subgraph deep-copied (the same object when it owns none)."""
+    subs = subgraph_attrs(attrs)
+    return dataclasses.replace(attrs, **{k: g.clone() for k, g in subs}) if subs else attrs
 
 
 Listener = Callable[[str, "Node"], None]
@@ -439,7 +466,7 @@ class Graph:
 
     # -------------------------------------------------------------------- copies
     def clone(self) -> Graph:
-        """A deep structural copy; constant arrays are shared (they are read-only)."""
+        """A deep structural copy, subgraphs included; constant arrays are shared (they are read-only)."""
         g = Graph(self.name)
         g.metadata = dict(self.metadata)
         g._g = nx.MultiDiGraph()
@@ -451,7 +478,7 @@ class Graph:
                     node.id,
                     node.op,
                     node.domain,
-                    node.attrs,
+                    clone_attrs(node.attrs),
                     node.name,
                     node.num_inputs,
                     list(node.output_names),

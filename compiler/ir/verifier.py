@@ -3,12 +3,14 @@
 Checks: every op is registered, arity fits, every required input port is
 connected exactly once, the graph is acyclic, names are unique, outputs exist,
 and each node's recorded types equal what the registry infers from its inputs.
+The subgraphs a node owns are verified the same way, recursively (their interface
+against the node's inputs and outputs is part of the op's inference).
 Errors name the node and show the IR around it.
 """
 
 from __future__ import annotations
 
-from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, GraphError, Node
+from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, GraphError, Node, subgraph_attrs
 from compiler.ir.printer import format_node
 
 __all__ = ["verify", "VerificationError"]
@@ -59,6 +61,11 @@ def verify(graph: Graph, *, check_types: bool = True) -> None:
             raise fail(node, "an edge targets a port outside the node's inputs")
         if node.op in (INPUT_OP, CONSTANT_OP) and not node.domain:
             continue
+        for attr, sub in subgraph_attrs(node.attrs):
+            try:
+                verify(sub, check_types=check_types)
+            except VerificationError as exc:
+                raise fail(node, f"subgraph {attr}: {exc}") from None
         ins = graph.inputs_of(node)
         if not opdef.accepts_inputs(len(ins)) or not opdef.accepts_outputs(node.num_outputs):
             raise fail(node, f"arity {len(ins)} -> {node.num_outputs} does not fit {opdef.qualified}")

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,12 @@ __all__ = [
     "ConstantAttrs",
     "make_constant_attrs",
     "infer_node_types",
+    "KILN_ONLY",
 ]
+
+
+KILN_ONLY: Mapping[str, bool] = types.MappingProxyType({"kiln_only": True})
+"""Field metadata of an attrs field that is Kiln's own (e.g. ``captures``): printed, never exported."""
 
 
 class ShapeError(ValueError):

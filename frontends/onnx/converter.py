@@ -61,7 +61,9 @@ class NodeContext:
     name: str
     where: str
     fold: bool = True
+    scope: Any = None  # the importer's SubgraphScope: imports a control-flow node's subgraphs
     _emitted: int = field(default=0, init=False)
+    _inner_ops: dict[str, int] = field(default_factory=dict, init=False)
 
     @property
     def op_type(self) -> str:
@@ -160,11 +162,19 @@ class NodeContext:
             raise self.fail(f"{op} conversion failed ({type(exc).__name__}): {exc}") from exc
         if folded is not None:
             return [self.graph.add_constant(a, name=nm) for a, nm in zip(folded, names, strict=True)]
-        node_name = self.name if final else (f"{self.name}/{op}" if self.name else "")
+        node_name = self.name if final else self._inner_name(op)
         node = self.graph.add_node(
             op, ins, attrs_obj, domain=domain, name=node_name, output_names=names, output_types=types
         )
         return self.graph.outputs_of(node)
+
+    def _inner_name(self, op: str) -> str:
+        """``<node>/<op>``, then ``<node>/<op>_2``...: node names stay unique within a converter."""
+        if not self.name:
+            return ""
+        k = self._inner_ops.get(op, 0) + 1
+        self._inner_ops[op] = k
+        return f"{self.name}/{op}" if k == 1 else f"{self.name}/{op}_{k}"
 
     def _output_names(self, op: str, n: int, final: bool) -> list[str]:
         outs = list(self.proto.output)

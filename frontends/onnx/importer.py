@@ -1,9 +1,12 @@
 """Build a Kiln Graph from a validated ONNX ModelProto.
 
-Order of work: opsets, a scan that collects *every* unsupported op, graph inputs
-(with ``input_shapes`` applied), initializers, nodes in topological order
-(each through its converter, folding small constant computations), outputs,
-and finally the removal of constants nothing uses any more.
+Order of work: opsets, a scan that collects *every* unsupported op (inside
+subgraphs too), graph inputs (with ``input_shapes`` applied), initializers, nodes
+in topological order (each through its converter, folding small constant
+computations), outputs, and finally the removal of constants nothing uses any more.
+
+A control-flow node's subgraphs are imported by a child importer of the same class
+(:mod:`frontends.onnx.subgraphs`): the converter asks ``ctx.scope`` for them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from compiler.ir.graph import CONSTANT_OP, Graph, Value
 from compiler.ir.types import Dim, TensorType
 from frontends.onnx.converter import DEFAULT_DOMAIN, NodeContext, find_converter
 from frontends.onnx.protos import node_attributes, sparse_to_array, tensor_to_array, type_of_value_info
+from frontends.onnx.subgraphs import SubgraphScope, free_names, node_subgraphs
 
 __all__ = ["OnnxImporter", "MIN_OPSET", "fixed_input_type"]
 
@@ -60,13 +64,19 @@ class OnnxImporter:
     """Converts one ONNX model into a Kiln Graph (use :meth:`run` once)."""
 
     def __init__(
-        self, model: onnx.ModelProto, source: str, input_shapes: Mapping[str, Sequence[int]]
+        self,
+        model: onnx.ModelProto,
+        source: str,
+        input_shapes: Mapping[str, Sequence[int]],
+        *,
+        proto: onnx.GraphProto | None = None,
     ) -> None:
         self.model = model
         self.source = source
         self.input_shapes = dict(input_shapes)
         self.opsets = self._opsets()
-        self.graph = Graph(model.graph.name or "main")
+        self.proto = model.graph if proto is None else proto  # a subgraph's importer reads its GraphProto
+        self.graph = Graph(self.proto.name or "main")
         self.env: dict[str, Value] = {}
 
     # ---------------------------------------------------------------- setup
@@ -101,15 +111,22 @@ class OnnxImporter:
     def check_supported(self) -> None:
         """Raise UnsupportedOpsError listing every unsupported op with all its node names."""
         missing: dict[str, list[str]] = {}
-        for i, node in enumerate(self.model.graph.node):
+        self._scan(self.proto, "", missing)
+        if missing:
+            raise UnsupportedOpsError(self.source, missing)
+
+    def _scan(self, graph: onnx.GraphProto, path: str, missing: dict[str, list[str]]) -> None:
+        """Collect unsupported ops of ``graph`` and of every subgraph in it (labelled ``node/attr/``)."""
+        for i, node in enumerate(graph.node):
             dom = DEFAULT_DOMAIN if node.domain in ("", "ai.onnx") else node.domain
             opset = self.opsets.get(dom)
             entry = None if opset is None else find_converter(dom, node.op_type, opset)
+            label = path + node_label(node, i)
             if entry is None:
                 key = f"{dom}::{node.op_type}" if dom else node.op_type
-                missing.setdefault(key, []).append(node_label(node, i))
-        if missing:
-            raise UnsupportedOpsError(self.source, missing)
+                missing.setdefault(key, []).append(label)
+            for attr, sub in node_subgraphs(node):
+                self._scan(sub, f"{label}/{attr}/", missing)
 
     # ---------------------------------------------------------------- build
     def run(self) -> Graph:
@@ -156,20 +173,21 @@ class OnnxImporter:
             self.env[vi.name] = self.graph.add_input(vi.name, t)
 
     def _topological_order(self) -> list[int]:
-        nodes = list(self.model.graph.node)
+        nodes = list(self.proto.node)
+        reads = [list(n.input) + [x for _, sub in node_subgraphs(n) for x in free_names(sub)] for n in nodes]
         known = set(self.env)
         order: list[int] = []
         pending = list(range(len(nodes)))
         while pending:
             progress = []
             for i in pending:
-                if all(not x or x in known for x in nodes[i].input):
+                if all(not x or x in known for x in reads[i]):
                     order.append(i)
                     known.update(o for o in nodes[i].output if o)
                     progress.append(i)
             if not progress:
                 i = pending[0]
-                miss = next(x for x in nodes[i].input if x and x not in known)
+                miss = next(x for x in reads[i] if x and x not in known)
                 raise ModelFileError(
                     f"{self.source}: node {node_label(nodes[i], i)!r} ({nodes[i].op_type}) reads "
                     f"{miss!r}, which no node, input or initializer defines (corrupt or truncated model?)"
@@ -179,16 +197,13 @@ class OnnxImporter:
         return order
 
     def _convert(self, index: int) -> None:
-        node = self.model.graph.node[index]
+        node = self.proto.node[index]
         label = node_label(node, index)
         where = f"{self.source}: node {label!r} ({node.op_type})"
         dom = DEFAULT_DOMAIN if node.domain in ("", "ai.onnx") else node.domain
         opset = self.opsets[dom]
         entry = find_converter(dom, node.op_type, opset)
         assert entry is not None  # check_supported ran first
-        for attr in node.attribute:
-            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                raise ConversionError(f"{where}: subgraph attribute {attr.name!r} is not supported")
         ins: list[Value | None] = [self.env[x] if x else None for x in node.input]
         ctx = NodeContext(
             graph=self.graph,
@@ -198,6 +213,7 @@ class OnnxImporter:
             attrs=node_attributes(node, where),
             name=str(node.name),
             where=where,
+            scope=SubgraphScope(self, where),
         )
         outs = list(entry.fn(ctx))
         if ctx.attrs:
@@ -216,12 +232,16 @@ class OnnxImporter:
             self.env[name] = v
 
     def _is_read(self, name: str) -> bool:
-        g = self.model.graph
-        return any(name in n.input for n in g.node) or any(o.name == name for o in g.output)
+        g = self.proto
+        return (
+            any(name in n.input for n in g.node)
+            or any(o.name == name for o in g.output)
+            or any(name in free_names(sub) for n in g.node for _, sub in node_subgraphs(n))
+        )
 
     def _set_outputs(self) -> None:
         outs: list[Value] = []
-        for o in self.model.graph.output:
+        for o in self.proto.output:
             if o.name not in self.env:
                 raise ModelFileError(f"{self.source}: graph output {o.name!r} is never computed")
             outs.append(self.env[o.name])

@@ -63,7 +63,7 @@ def tensor_to_array(tensor: onnx.TensorProto, where: str) -> np.ndarray:
 
 
 def attribute_value(attr: onnx.AttributeProto, where: str) -> Any:
-    """An attribute as a Python value: ints, floats, str, tuples of those, or numpy arrays."""
+    """An attribute as a Python value: ints, floats, str, tuples of those, numpy arrays or GraphProtos."""
     kind = attr.type
     a = onnx.AttributeProto
     if kind == a.INT:
@@ -82,6 +82,10 @@ def attribute_value(attr: onnx.AttributeProto, where: str) -> Any:
         return tensor_to_array(attr.t, f"{where} attribute {attr.name}")
     if kind == a.SPARSE_TENSOR:
         return sparse_to_array(attr.sparse_tensor, f"{where} attribute {attr.name}")
+    if kind == a.GRAPH:
+        return attr.g  # a subgraph: the control-flow converter imports it (frontends.onnx.subgraphs)
+    if kind == a.GRAPHS:
+        return tuple(attr.graphs)
     if kind == a.TENSORS:
         return tuple(tensor_to_array(t, f"{where} attribute {attr.name}") for t in attr.tensors)
     kind_name = a.AttributeType.Name(kind)

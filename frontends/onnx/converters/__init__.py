@@ -3,6 +3,7 @@
 from frontends.onnx.converters import (  # noqa: F401  (registration side effects)
     attention,
     contrib,
+    control_flow,
     conv,
     detection,
     elementwise,
