@@ -80,6 +80,11 @@ def test_fp32_rule_keeps_the_old_tolerance_as_a_floor_and_accepts_within_4x_of_o
     assert fp32.accepts_with_exact(2e-4, 1.0, 90.0, exact=9e-6, ref_exact=1e-7)  # the 1e-5 floor
     assert not fp32.accepts_with_exact(2e-4, 1.0, 90.0, exact=None, ref_exact=None)  # no oracle: old rule
     assert not fp32.accepts_with_exact(2e-4, 0.99, 90.0, exact=1e-6, ref_exact=1e-6)  # cosine floor holds
+    # an ill-conditioned output (ORT itself 0.4 from exact, cosine 0.998): cosines judged against exact
+    ill = {"exact": 0.7, "ref_exact": 0.4}
+    assert fp32.accepts_with_exact(0.7, 0.995, 20.0, **ill, cos_exact=(0.993, 0.998))  # 7e-3 <= 4 * 2e-3
+    assert not fp32.accepts_with_exact(0.7, 0.995, 20.0, **ill, cos_exact=(0.990, 0.998))  # 1e-2 > 8e-3
+    assert fp32.accepts_with_exact(2e-4, 0.9995, 90.0, exact=1e-6, ref_exact=1e-6, cos_exact=(0.9991, 1.0))
     for name in ("fp16", "int8", "int8w", "int4w"):  # reduced precision keeps its own tolerances
         assert TOLERANCES[name].exact_factor is None and TOLERANCES[name].exact_bound(1e-3) is None
 
