@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from compiler.errors import ConversionError, UnsupportedOpsError
+from compiler.errors import UnsupportedOpsError
 from compiler.ir import Graph
 from frontends.megengine.loader import load_mge
 from schemas.megengine.generated import params_generated as P
@@ -120,22 +120,6 @@ def test_conv_bias_full_bias_is_added_unfused(tmp_path: Path) -> None:
     )
     (got,) = run(tmp_path, wr, [y], {"data": x})
     assert_close(got, np.maximum(conv_ref(x, w) + b, 0), rtol=RTOL, atol=ATOL)
-
-
-def test_nchw44_group_conv_is_refused_clearly(tmp_path: Path) -> None:
-    wr = MgeWriter()
-    y = wr.op(
-        "ConvBiasForward",
-        [
-            wr.input("data", (1, 2, 5, 5, 4)),
-            wr.const(randn(2, 1, 1, 3, 3, 4)),
-            wr.const(randn(1, 2, 1, 1, 4)),
-        ],
-        wr.param("ConvBias", Format=P.ConvolutionFormat.NCHW44, Sparse=P.ConvolutionV0Sparse.GROUP),
-        name="dw",
-    )
-    with pytest.raises(ConversionError, match="'dw'.*group convolution in NCHW44"):
-        build(tmp_path, wr, [y])
 
 
 # ---------------------------------------------------------------- Elemwise

@@ -1,11 +1,27 @@
-"""MegEngine's blocked layouts (NCHW44, NCHW88) and filter layouts, converted to NCHW/OIHW.
+"""MegEngine's blocked layouts (NCHW44, NCHW44_DOT, NCHW88) and filter layouts, converted to NCHW/OIHW.
 
 Blocked formats split the channel axis into ``C/b`` blocks of ``b`` (4 or 8):
 
-* activations ``[N, C/b, H, W, b]``;
-* dense filters ``[OC/b, IC/b, FH, FW, b(ic), b(oc)]``;
-* "hybrid" first-layer filters (NCHW input, IC < b) ``[OC/b, FH, FW, IC, b(oc)]``;
-* biases ``[1, OC/b, 1, 1, b]``.
+* activations ``[N, C/b, H, W, b]`` (NCHW44_DOT activations are NCHW44's);
+* biases ``[1, OC/b, 1, 1, b]``, or the full output ``[N, OC/b, OH, OW, b]``.
+
+Filters F, with ``o``/``i`` an output/input channel inside its group ``g`` and W
+the OIHW filter (spatial indices ``h, w`` elided from W); these are
+megdnn's ``make_canonized_filter_meta_nchwxx`` layouts and the addresses its
+naive kernel reads (``dnn/src/naive/convolution/helper.h``):
+
+=============  ==========================================  =========================================
+kind           shape                                       element
+=============  ==========================================  =========================================
+dense          ``[OC/b, IC/b, FH, FW, b(ic), b(oc)]``      ``W[o, i] = F[o//b, i//b, h, w, i%b, o%b]``
+group          ``[G, OCg/b, ICg/b, FH, FW, b(ic), b(oc)]`` ``W[g*OCg + o, i] =``
+                                                           ``F[g, o//b, i//b, h, w, i%b, o%b]``
+channel-wise   ``[G/b, 1, 1, FH, FW, b]`` (ICg = OCg = 1)  ``W[g, 0] = F[g//b, 0, 0, h, w, g%b]``
+hybrid         ``[OC/b, FH, FW, IC, b(oc)]`` (NCHW input)  ``W[o, i] = F[o//b, h, w, i, o%b]``
+=============  ==========================================  =========================================
+
+NCHW44_DOT (int8 dot-product kernels) swaps the two inner blocks of dense and
+group filters to ``b(oc), b(ic)``; its channel-wise and hybrid filters are NCHW44's.
 
 Kiln computes in NCHW with OIHW filters. A layout change is a short list of
 steps (reshape / transpose / flip). On a constant, or on DequantizeLinear of a
@@ -28,8 +44,11 @@ __all__ = ["Step", "BLOCK", "apply_steps", "relayout", "blocked_to_nchw", "nchw_
 Step = tuple[str, tuple[int, ...]]
 """("reshape", shape), ("transpose", perm) or ("flip", axes)."""
 
-BLOCK = {"NCHW": 1, "NCHW44": 4, "NCHW88": 8}
+BLOCK = {"NCHW": 1, "NCHW44": 4, "NCHW44_DOT": 4, "NCHW88": 8}
 """Channel block of each format Kiln imports."""
+
+_OC_FIRST = frozenset({"NCHW44_DOT"})
+"""Formats whose dense/group filters put the output-channel block before the input-channel block."""
 
 
 def apply_steps(arr: np.ndarray, steps: Sequence[Step]) -> np.ndarray:
@@ -106,22 +125,30 @@ def _rank5(ctx: OprContext, v: Value, block: int) -> tuple[int, ...]:
 
 
 def filter_steps(
-    ctx: OprContext, shape: tuple[int, ...], block: int, group: bool, blocked_input: bool
+    ctx: OprContext, shape: tuple[int, ...], fmt: str, group: bool, blocked_input: bool
 ) -> tuple[list[Step], int]:
-    """Steps turning a MegEngine filter into OIHW, and the conv group count."""
+    """Steps turning a MegEngine filter of format ``fmt`` into OIHW, and the conv group count."""
+    block = BLOCK[fmt]
+    kind = "group" if group else "dense"
     if block == 1:
         if not group and len(shape) == 4:
             return [], 1
         if group and len(shape) == 5:
             g, ocpg, icpg, fh, fw = shape
             return [("reshape", (g * ocpg, icpg, fh, fw))], g
-        raise ctx.fail(f"filter shape {list(shape)} does not fit a {'group' if group else 'dense'} NCHW conv")
-    if group:
-        raise ctx.fail(f"group convolution in NCHW{block}{block} format is not supported")
-    if blocked_input and len(shape) == 6 and shape[4] == shape[5] == block:
-        ocb, icb, fh, fw = shape[:4]
-        return [("transpose", (0, 5, 1, 4, 2, 3)), ("reshape", (ocb * block, icb * block, fh, fw))], 1
-    if not blocked_input and len(shape) == 5 and shape[4] == block:
-        ocb, fh, fw, ic = shape[:4]
-        return [("transpose", (0, 4, 3, 1, 2)), ("reshape", (ocb * block, ic, fh, fw))], 1
-    raise ctx.fail(f"filter shape {list(shape)} does not fit an NCHW{block}{block} conv")
+    elif not blocked_input:
+        if not group and len(shape) == 5 and shape[4] == block:  # hybrid [OC/b, FH, FW, IC, b]
+            ocb, fh, fw, ic = shape[:4]
+            return [("transpose", (0, 4, 3, 1, 2)), ("reshape", (ocb * block, ic, fh, fw))], 1
+        kind = f"{kind} (NCHW input)"
+    elif group and len(shape) == 6 and shape[1:3] == (1, 1) and shape[5] == block:
+        gb, _, _, fh, fw, _ = shape  # channel-wise [G/b, 1, 1, FH, FW, b]
+        return [("transpose", (0, 5, 1, 2, 3, 4)), ("reshape", (gb * block, 1, fh, fw))], gb * block
+    elif len(shape) == (7 if group else 6) and shape[-2:] == (block, block):
+        *lead, ocb, icb, fh, fw = shape[:-2]
+        g = lead[0] if lead else 1
+        n = len(lead)  # [(G,) OCb, ICb, FH, FW, b(ic), b(oc)] -> [(G,) OCb, b(oc), ICb, b(ic), FH, FW]
+        oc_in, ic_in = (n + 4, n + 5) if fmt in _OC_FIRST else (n + 5, n + 4)
+        perm = (*range(n), n, oc_in, n + 1, ic_in, n + 2, n + 3)
+        return [("transpose", perm), ("reshape", (g * ocb * block, icb * block, fh, fw))], g
+    raise ctx.fail(f"filter shape {list(shape)} does not fit a {kind} {fmt} conv")

@@ -3,9 +3,11 @@
 ConvBias computes dst = nonline(conv(src, filter) + bias + z) and maps onto
 ``kiln::FusedConv`` (IDENTITY/RELU/SIGMOID/H_SWISH -> none/relu/sigmoid/hard_swish,
 z -> the residual input). Filters are converted to OIHW (group filters
-``[G, OC/G, IC/G, FH, FW]`` are merged, NCHW44/NCHW88 filters un-blocked, and
-``mode=CONVOLUTION`` flips them spatially); blocked activations are converted to
-NCHW around the conv and back. Padding is symmetric: pads = (ph, pw, ph, pw).
+``[G, OC/G, IC/G, FH, FW]`` are merged; NCHW44, NCHW44_DOT and NCHW88 dense,
+group, channel-wise and hybrid filters are un-blocked as listed in
+:mod:`frontends.megengine.layouts`; ``mode=CONVOLUTION`` flips them spatially);
+blocked activations, biases and z are converted to NCHW around the conv and the
+result back. Padding is symmetric: pads = (ph, pw, ph, pw).
 
 ConvolutionBackwardFilter (the weight gradient) is itself a convolution:
 dW[o, c, i, j] = sum_{n, y, x} src_pad[n, c, y*s + i*d, x*s + j*d] * diff[n, o, y, x],
@@ -74,7 +76,7 @@ def _prepare(ctx: OprContext, p: Any) -> tuple[Value, Value, int, dict[str, Any]
     if blocked_input:
         x = blocked_to_nchw(ctx, x, block)
     group = enum_name(P.ConvolutionV0Sparse, p.Sparse()) == "GROUP"
-    steps, groups = filter_steps(ctx, ctx.shape(w), block, group, blocked_input)
+    steps, groups = filter_steps(ctx, ctx.shape(w), fmt, group, blocked_input)
     if enum_name(P.ConvolutionV0Mode, p.Mode()) == "CONVOLUTION":
         steps = [*steps, ("flip", (2, 3))]
     attrs = _geometry(p)

@@ -1,4 +1,4 @@
-"""Resize (2-D, NCHW or NHWC) to the output size given as the second input [OH, OW].
+"""Resize (2-D, NCHW, NHWC, NCHW44 or NCHW88) to the output size given as the second input [OH, OW].
 
 MegEngine's source coordinates, with scale = out / in per axis:
 
@@ -7,13 +7,17 @@ MegEngine's source coordinates, with scale = out / in per axis:
 * NEAREST: c = min(floor(i / scale), in - 1): ONNX ``nearest`` with
   ``asymmetric`` coordinates and ``floor`` rounding.
 
-Other interpolation modes are not imported.
+Blocked NCHW44/NCHW88 inputs ``[N, C/b, H, W, b]`` (what MegEngine's
+``enable_nchw44``/``enable_nchw88`` make of an NCHW Resize) are resized per
+channel like NCHW: converted to NCHW around the resize and back. Other
+interpolation modes are not imported.
 """
 
 from __future__ import annotations
 
 from frontends.megengine.converter import OprContext, Var, converter
 from frontends.megengine.enums import enum_name
+from frontends.megengine.layouts import blocked_to_nchw, nchw_to_blocked
 from frontends.megengine.model import MgeOpr
 from schemas.megengine.generated import params_generated as P
 
@@ -25,6 +29,10 @@ _MODES = {
 }
 
 
+_FORMATS = {"NCHW": 1, "NHWC": 1, "NCHW44": 4, "NCHW88": 8}
+"""Formats Kiln imports, with their channel block."""
+
+
 def _check(opr: MgeOpr) -> str | None:
     for prm in opr.params:
         if prm.member == "param_Resize":
@@ -33,7 +41,7 @@ def _check(opr: MgeOpr) -> str | None:
             fmt = enum_name(P.ConvolutionFormat, p.Format())
             if mode not in _MODES:
                 return f"Resize {mode}"
-            return None if fmt in ("NCHW", "NHWC") else f"Resize format {fmt}"
+            return None if fmt in _FORMATS else f"Resize format {fmt}"
     return None
 
 
@@ -43,9 +51,14 @@ def resize(ctx: OprContext) -> list[Var | None]:
     ctx.need_inputs(2, 2)
     p = ctx.param(P.Resize)
     attrs = _MODES[enum_name(P.WarpPerspectiveV1InterpolationMode, p.Imode())]
-    nhwc = enum_name(P.ConvolutionFormat, p.Format()) == "NHWC"
+    fmt = enum_name(P.ConvolutionFormat, p.Format())
+    nhwc, block = fmt == "NHWC", _FORMATS.get(fmt)
+    if block is None:
+        raise ctx.fail(f"format {fmt} is not supported")
     size = [int(v) for v in ctx.require_const(1, "the output size").reshape(-1)]
     x = ctx.value(0)
+    if block > 1:
+        x = blocked_to_nchw(ctx, x, block)
     if len(size) != 2 or x.type.rank != 4:
         raise ctx.fail(f"expects a 4-D input and a 2-element size, got {x.type} and {size}")
     if nhwc:
@@ -54,4 +67,6 @@ def resize(ctx: OprContext) -> list[Var | None]:
     y = ctx.emit1("Resize", [x, None, None, ctx.ints([n, c, *size], "sizes")], attrs, final=True)
     if nhwc:
         y = ctx.emit1("Transpose", [y], {"perm": (0, 2, 3, 1)})
+    if block > 1:
+        y = nchw_to_blocked(ctx, y, block)
     return [Var(y, ctx.out_dtype(ctx.dtype(0)))]
