@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from backends.tvm.build import compile_module
+from backends.tvm.emit import prepare_graph
 from backends.tvm.lower import lower_graph
 from backends.tvm.target import resolve_target
 from compiler.errors import UnsupportedOpsError
@@ -52,7 +53,8 @@ def run_tvm_op(
     node = g.add_node(op, vals, attrs, num_outputs=num_outputs)
     g.set_outputs(g.outputs_of(node))
     target = resolve_target("cpu")
-    ex = compile_module(lower_graph(g, target).mod, target)
+    legal, _ = prepare_graph(g, target)  # the backend's legalization (normalize-gemm, layouts...)
+    ex = compile_module(lower_graph(legal, target).mod, target)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     res = vm["main"](*[tvm.runtime.tensor(x, tvm.cpu()) for x in feeds])
     outs = [res] if num_outputs == 1 else [res[i] for i in range(num_outputs)]
@@ -61,6 +63,7 @@ def run_tvm_op(
 
 CASES: list[tuple[str, str, list[np.ndarray | None], dict[str, Any], set[int], int]] = [
     ("gather_neg", "Gather", [_f(3, 5, 4), _i64(-1, 0, 2)], {"axis": 1}, {1}, 1),
+    ("gather_scalar", "Gather", [_f(1, 5, 4), np.array(2, np.int64)], {"axis": 1}, {1}, 1),  # ViT cls token
     ("expand", "Expand", [_f(3, 1, 4), _i64(2, 3, 5, 4)], {}, {1}, 1),
     ("tile", "Tile", [_f(2, 3), _i64(2, 3)], {}, {1}, 1),
     ("split", "Split", [_f(2, 10, 3), _i64(3, 7)], {"axis": 1}, {1}, 2),

@@ -22,6 +22,7 @@ __all__ = [
     "softmax11_axis1",
     "opset9_upgrades",
     "resize10",
+    "yolo_split_concat_head",
     "static_input",
     "random_feeds",
     "ROUND_TRIP",
@@ -206,6 +207,52 @@ def resize10(mode: str) -> onnx.ModelProto:
         initializer=[scales],
     )
     return _checked(helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)], ir_version=5))
+
+
+def yolo_split_concat_head() -> onnx.ModelProto:
+    """A YOLOv8-style neck and head on x[1,8,16,16] -> y[1,256,12], opset 13.
+
+    A C2f block (1x1 conv + SiLU, Split in two, a 3x3 conv + SiLU on the second half, Concat of
+    all three) then a head (1x1 conv, Split into box [4] / cls [8], Sigmoid on cls, Concat back,
+    Reshape to [1,12,256], Transpose to anchors-major). Each Split output and the first Concat's
+    inputs are read by more than one block after fusion.
+    """
+    text = """
+    <ir_version: 8, opset_import: ["" : 13], producer_name: "kiln-tests">
+    yolo_head (float[1,8,16,16] x) => (float[1,256,12] y) {
+        c0 = Conv <kernel_shape = [1,1]> (x, w0, b0)
+        g0 = Sigmoid (c0)
+        a0 = Mul (c0, g0)
+        p1, p2 = Split <axis = 1> (a0, split_c2f)
+        c1 = Conv <kernel_shape = [3,3], pads = [1,1,1,1]> (p2, w1, b1)
+        g1 = Sigmoid (c1)
+        a1 = Mul (c1, g1)
+        cat = Concat <axis = 1> (p1, p2, a1)
+        c2 = Conv <kernel_shape = [1,1]> (cat, w2, b2)
+        box, cls = Split <axis = 1> (c2, split_head)
+        score = Sigmoid (cls)
+        det = Concat <axis = 1> (box, score)
+        flat = Reshape (det, flat_shape)
+        y = Transpose <perm = [0,2,1]> (flat)
+    }
+    """
+    model = parser.parse_model(text)
+    model.graph.initializer.extend(
+        [
+            _init("w0", (16, 8, 1, 1), 41),
+            _init("b0", (16,), 42),
+            _init("w1", (8, 8, 3, 3), 43),
+            _init("b1", (8,), 44),
+            _init("w2", (12, 24, 1, 1), 45),
+            _init("b2", (12,), 46),
+            numpy_helper.from_array(np.array([8, 8], np.int64), "split_c2f"),
+            numpy_helper.from_array(np.array([4, 8], np.int64), "split_head"),
+            numpy_helper.from_array(np.array([1, 12, 256], np.int64), "flat_shape"),
+        ]
+    )
+    for i, n in enumerate(model.graph.node):
+        n.name = f"{n.op_type.lower()}_{i}"
+    return _checked(model)
 
 
 def static_input(dims: list[int | str]) -> onnx.ModelProto:

@@ -47,10 +47,12 @@ class LowerContext:
 
     def const(self, array: np.ndarray) -> Expr:
         """A Relax constant of ``array``'s own dtype (weights end up inside the compiled library;
-        without the dtype Relax would narrow float64 to float32 and int64 to int32)."""
+        without the dtype Relax would narrow float64 to float32 and int64 to int32). A 0-d array
+        stays 0-d (``np.ascontiguousarray`` would make it ``[1]``: a scalar Gather index would then
+        keep the gathered axis)."""
         from tvm import relax
 
-        return relax.const(np.ascontiguousarray(array), str(array.dtype))
+        return relax.const(np.require(array, requirements="C"), str(array.dtype))
 
     def scalar(self, value: float, dtype: str) -> Expr:
         """A 0-d constant of ``dtype``."""
