@@ -117,6 +117,26 @@ def test_gelu_refused_without_erf() -> None:
     )
 
 
+LOG_SOFTMAX_OPS = {"ReduceMax", "Exp", "ReduceSum", "Log"}
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_log_softmax(axis: int) -> None:
+    text = f"g (float[2,5,40] x) => (float[2,5,40] y) {{ y = LogSoftmax<axis={axis}>(x) }}"
+    m = text_model(text, 13, 8)
+    table = fake_table({*ELEMENTARY, *LOG_SOFTMAX_OPS})
+    x = rand(2, 5, 40, seed=6, scale=40.0)  # log(softmax(x)) would underflow to -inf here
+    g = decompose_matches_ort(m, {"x": x}, max_rel=1e-6, table=table)
+    assert op_counts(g) == {"ReduceMax": 1, "Sub": 2, "Exp": 1, "ReduceSum": 1, "Log": 1}
+
+
+def test_log_softmax_refused_without_log() -> None:
+    m = text_model("g (float[2,8] x) => (float[2,8] y) { y = LogSoftmax(x) }", 13, 8)
+    reasons, counts = refusals(m, fake_table({*ELEMENTARY, "ReduceMax", "Exp", "ReduceSum"}))
+    assert counts == {"LogSoftmax": 1}
+    assert any("log-softmax: produces Log, which fake cannot write" in r for r in reasons), reasons
+
+
 MASK = {"zero": np.array(0, np.float32), "ninf": np.array(np.finfo(np.float32).min, np.float32)}
 
 

@@ -7,6 +7,10 @@ layer-norm: over the axes A = [axis, rank),
 (the order of onnxruntime's float32 kernel as far as ops allow). layer-norm-stash is the
 same in float32 between Casts, for a float16/bfloat16 x whose stash_type=1 asks for
 float32 statistics.
+
+log-softmax: along ``axis``, m = ReduceMax(x), d = x - m, y = d - log(ReduceSum(exp(d)))
+(the max-shifted form onnxruntime computes: exp(d) <= 1, so nothing overflows, and
+log(softmax(x)) would underflow to -inf where softmax(x) rounds to 0).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
 from passes.decompositions._util import base_name, ints, replace_outputs, static_reason, used
 
-__all__ = ["LAYER_NORM", "LAYER_NORM_STASH"]
+__all__ = ["LAYER_NORM", "LAYER_NORM_STASH", "LOG_SOFTMAX"]
 
 
 def _stash_dtype(node: Node, x: Value) -> DType:
@@ -101,5 +105,37 @@ LAYER_NORM_STASH = register_decomposition(
         lambda g, n: _check(g, n, cast=True),
         lambda rw, g, n: _rewrite(rw, g, n, cast=True),
         "layer-norm in float32 between Casts (stash_type=1 with a 16-bit x)",
+    )
+)
+
+
+def _log_softmax_check(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    if not x.type.dtype.is_float:
+        return "x is not float"
+    if x.type.rank is None:
+        return "rank of x is unknown"
+    return static_reason(graph, node)
+
+
+def _log_softmax_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
+    x = graph.inputs_of(node)[0]
+    assert x is not None and x.type.rank is not None
+    base = base_name(node)
+    axes = ints(rw, [normalize_axis(node.attrs.axis, x.type.rank)], f"{base}_axes")
+    d = rw.op("Sub", [x, rw.op("ReduceMax", [x, axes], name=f"{base}_max")], name=f"{base}_shifted")
+    total = rw.op("ReduceSum", [rw.op("Exp", [d], name=f"{base}_exp"), axes], name=f"{base}_sum")
+    replace_outputs(rw, node, [rw.op("Sub", [d, rw.op("Log", [total], name=f"{base}_log")], name=base)])
+
+
+LOG_SOFTMAX = register_decomposition(
+    Decomposition(
+        "log-softmax",
+        "LogSoftmax",
+        ("ReduceMax", "Sub", "Exp", "ReduceSum", "Log"),
+        _log_softmax_check,
+        _log_softmax_rewrite,
+        "d = x - max(x); y = d - log(sum(exp(d))) along axis",
     )
 )

@@ -3,7 +3,8 @@
 With a constant weight, A[..., K] @ W[K, N] (+ bias) becomes MNN's own form of a fully
 connected layer, a 1x1 Convolution, so the weight encodings (fp16, int8/int4) apply:
 Reshape A to [P, K, 1, 1] -> ConvertTensor to NC4HW4 -> Convolution(K -> N) ->
-ConvertTensor to NCHW -> Reshape to [..., N]. Gemm arrives canonical (normalize-gemm: transA = 0, alpha = beta = 1).
+ConvertTensor to NCHW -> Reshape to [..., N]. Gemm arrives canonical (normalize-gemm:
+transA = 0, alpha = beta = 1).
 When A is a Reshape/Flatten of a [P, K, 1, 1] tensor (a global pool before the classifier), the
 conv reads that tensor directly in NC4HW4 (same values, as [P, K, 1, 1] is A's 4-D form), which
 saves two layout copies and two reshapes (the then unread Reshape is dropped from the net).

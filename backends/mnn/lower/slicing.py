@@ -1,10 +1,20 @@
-"""Indexing ops: Slice and Split (StridedSlice), Gather (GatherV2), Pad (Padding).
+"""Indexing ops: Slice and Split (StridedSlice), Gather (GatherV2), Pad (Padding), ScatterND
+(ScatterNd).
 
 StridedSlice takes TensorFlow semantics (``fromType`` 0) with full-rank int32 constant
 ``begin``/``end``/``strides`` inputs; Kiln resolves ONNX's clamping per axis
 (:func:`compiler.ops.shapes.slice_bounds`). An axis with a negative step is a GatherV2 of
 its explicit indices instead: MNN 3.6.1's StridedSlice with a negative stride reads and
 writes out of bounds (valgrind), which corrupts the heap and crashes the process later.
+
+ScatterND is MNN's four-input ``ScatterNd(indices, updates, shape, data)`` (what MNN's
+converter writes for ONNX, target version >= 2), with a ``BinaryOp`` parameter naming the
+reduction (none: no parameter). MNN's kernel reads the indices as they are, so negative
+ones must be wrapped: constant indices are written wrapped, variable ones go through
+``(i + dims) mod dims`` (two int32 BinaryOps, as MNN's converter writes). Observed with
+MNN 3.6.1 (so refused): the reductions max and min (BinaryOp MAXIMUM / MINIMUM) leave
+``data`` unchanged, and add / mul of int32 tensors give wrong values; add and mul of
+float tensors are exact.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
+from backends.mnn.lower.elementwise import binary_table
 from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import Table
 from compiler.ir.graph import Graph, Node, Value
@@ -238,7 +249,53 @@ def _lower_pad(ctx: LowerContext, node: Node) -> None:
     ctx.emit("Padding", name, ins, [out], Table("PadParam", {"mode": _PAD_MODES[node.attrs.mode]}))
 
 
+_SCATTER_REDUCTIONS = {"add": fb.BinaryOpOperation.ADD, "mul": fb.BinaryOpOperation.MUL}
+
+
+def _check_scatter_nd(graph: Graph, node: Node) -> str | None:
+    data, idx, _ = graph.inputs_of(node)
+    assert data is not None and idx is not None
+    reduction = node.attrs.reduction
+    if reduction != "none" and reduction not in _SCATTER_REDUCTIONS:
+        return f"reduction {reduction} (MNN 3.6.1's kernel leaves data unchanged)"
+    if reduction != "none" and not data.type.dtype.is_float:
+        return f"reduction {reduction} of integer tensors (wrong in MNN 3.6.1)"
+    return None
+
+
+def _lower_scatter_nd(ctx: LowerContext, node: Node) -> None:
+    data_value, idx_value, upd_value = ctx.graph.inputs_of(node)
+    assert data_value is not None and idx_value is not None and upd_value is not None
+    shape = ctx.shape(data_value)
+    name = ctx.op_name(node)
+    dims = np.asarray(shape[: ctx.shape(idx_value)[-1]], np.int64)
+    if idx_value.const is not None:
+        c = idx_value.const.astype(np.int64)
+        idx = ctx.const_tensor(np.where(c < 0, c + dims, c).astype(np.int32), f"{name}__indices")
+    else:
+        d = ctx.const_tensor(dims.astype(np.int32), f"{name}__dims")
+        shifted, idx = ctx.temp(f"{name}__shifted"), ctx.temp(f"{name}__wrapped")
+        int_add = binary_table(fb.BinaryOpOperation.ADD, integer=True)
+        ctx.emit("BinaryOp", f"{name}__shift", [ctx.tensor(idx_value, Format.NCHW), d], [shifted], int_add)
+        ctx.emit(
+            "BinaryOp", f"{name}__wrap", [shifted, d], [idx], binary_table(fb.BinaryOpOperation.MOD, True)
+        )
+    ins = [
+        idx,
+        ctx.tensor(upd_value, Format.NCHW),
+        ctx.const_tensor(np.asarray(shape, np.int32), f"{name}__shape"),
+        ctx.tensor(data_value, Format.NCHW),
+    ]
+    reduction = node.attrs.reduction
+    param = None
+    if reduction != "none":
+        fields = {"opType": _SCATTER_REDUCTIONS[reduction], "T": fb.DataType.DT_FLOAT}
+        param = Table("BinaryOp", fields, force=frozenset({"opType"}))
+    ctx.emit("ScatterNd", name, ins, [ctx.define(ctx.graph.value(node), Format.NCHW)], param)
+
+
 LOWERINGS: dict[str, Lowering] = {
+    "ScatterND": Lowering(_lower_scatter_nd, _check_scatter_nd),
     "Slice": Lowering(_lower_slice, _check_slice),
     "Split": Lowering(_lower_split),
     "Gather": Lowering(_lower_gather, _check_gather),

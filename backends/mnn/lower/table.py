@@ -7,14 +7,39 @@ views of the layers whose weights MNN stores compressed (the mixed-precision pla
 
 from __future__ import annotations
 
-from backends.mnn.lower import activation, conv, elementwise, linear, pooling, quant, resize, shape, slicing
+from backends.mnn.lower import (
+    activation,
+    conv,
+    elementwise,
+    linear,
+    normalization,
+    pooling,
+    quant,
+    recurrent,
+    resize,
+    shape,
+    slicing,
+)
 from backends.mnn.lower.registry import LowerFn, Lowering, WeightFn
 from compiler.backend import CapabilityTable
 
 __all__ = ["TABLE", "WEIGHT_VIEWS", "supported_ops"]
 
 _LOWERINGS: dict[str, Lowering] = {}
-for _family in (activation, conv, linear, elementwise, pooling, quant, resize, shape, slicing):
+_FAMILIES = (
+    activation,
+    conv,
+    linear,
+    elementwise,
+    normalization,
+    pooling,
+    quant,
+    recurrent,
+    resize,
+    shape,
+    slicing,
+)
+for _family in _FAMILIES:
     for _op, _lowering in _family.LOWERINGS.items():
         if _op in _LOWERINGS:
             raise ValueError(f"two MNN lowerings for {_op}")

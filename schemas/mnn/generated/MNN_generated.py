@@ -423,6 +423,7 @@ class OpParameter(object):
     InnerProduct = 20
     Input = 21
     Interp = 22
+    LSTM = 24
     MatMul = 25
     PackParam = 28
     Permute = 29
@@ -460,6 +461,7 @@ class OpParameter(object):
     Pool3D = 79
     ELU = 81
     PadParam = 84
+    LayerNorm = 88
 
 
 class ForwardType(object):
@@ -3005,6 +3007,137 @@ def InputEnd(builder):
 
 
 
+class LSTM(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = LSTM()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsLSTM(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    # LSTM
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # LSTM
+    def OutputCount(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # LSTM
+    def WeightSize(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # LSTM
+    def ClippingThreshold(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
+    # LSTM
+    def WeightI(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # LSTM
+    def WeightH(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # LSTM
+    def Bias(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # LSTM
+    def WeightIq(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # LSTM
+    def WeightIa(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # LSTM
+    def QuantScale(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
+def LSTMStart(builder):
+    builder.StartObject(9)
+
+def LSTMAddOutputCount(builder, outputCount):
+    builder.PrependInt32Slot(0, outputCount, 0)
+
+def LSTMAddWeightSize(builder, weightSize):
+    builder.PrependInt32Slot(1, weightSize, 0)
+
+def LSTMAddClippingThreshold(builder, clippingThreshold):
+    builder.PrependFloat32Slot(2, clippingThreshold, 0.0)
+
+def LSTMAddWeightI(builder, weightI):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(weightI), 0)
+
+def LSTMAddWeightH(builder, weightH):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(weightH), 0)
+
+def LSTMAddBias(builder, bias):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(bias), 0)
+
+def LSTMAddWeightIq(builder, weightIq):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(weightIq), 0)
+
+def LSTMAddWeightIa(builder, weightIa):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(weightIa), 0)
+
+def LSTMAddQuantScale(builder, quantScale):
+    builder.PrependFloat32Slot(8, quantScale, 0.0)
+
+def LSTMEnd(builder):
+    return builder.EndObject()
+
+
+
 class Slice(object):
     __slots__ = ['_tab']
 
@@ -4537,6 +4670,194 @@ def GatherV2AddTparams(builder, tparams):
     builder.PrependInt32Slot(2, tparams, 0)
 
 def GatherV2End(builder):
+    return builder.EndObject()
+
+
+
+class LayerNorm(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = LayerNorm()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsLayerNorm(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    # LayerNorm
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # LayerNorm
+    def Axis(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # LayerNorm
+    def AxisAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # LayerNorm
+    def AxisLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LayerNorm
+    def AxisIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        return o == 0
+
+    # LayerNorm
+    def Epsilon(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
+    # LayerNorm
+    def Gamma(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # LayerNorm
+    def GammaAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Float32Flags, o)
+        return 0
+
+    # LayerNorm
+    def GammaLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LayerNorm
+    def GammaIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+    # LayerNorm
+    def Beta(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # LayerNorm
+    def BetaAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Float32Flags, o)
+        return 0
+
+    # LayerNorm
+    def BetaLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LayerNorm
+    def BetaIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
+    # LayerNorm
+    def Group(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 1
+
+    # LayerNorm
+    def External(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # LayerNorm
+    def ExternalAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # LayerNorm
+    def ExternalLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LayerNorm
+    def ExternalIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+    # LayerNorm
+    def UseRmsnorm(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+def LayerNormStart(builder):
+    builder.StartObject(7)
+
+def LayerNormAddAxis(builder, axis):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(axis), 0)
+
+def LayerNormStartAxisVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def LayerNormAddEpsilon(builder, epsilon):
+    builder.PrependFloat32Slot(1, epsilon, 0.0)
+
+def LayerNormAddGamma(builder, gamma):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(gamma), 0)
+
+def LayerNormStartGammaVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def LayerNormAddBeta(builder, beta):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(beta), 0)
+
+def LayerNormStartBetaVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def LayerNormAddGroup(builder, group):
+    builder.PrependInt32Slot(4, group, 1)
+
+def LayerNormAddExternal(builder, external):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(external), 0)
+
+def LayerNormStartExternalVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def LayerNormAddUseRmsnorm(builder, useRmsnorm):
+    builder.PrependBoolSlot(6, useRmsnorm, 0)
+
+def LayerNormEnd(builder):
     return builder.EndObject()
 
 
