@@ -7,10 +7,11 @@ The walk is one pass over the graph in Kiln's deterministic topological order:
   absorbs, such as QDQ scales, are never written);
 * every other op goes through one :class:`CapabilityTable` (:func:`capabilities`): ops in
   ``SIMPLE_OPS`` map one to one through a generic lowering built from their entry; ops
-  registered with :func:`lowering` (``lower_nn.py``, ``lower_tensor.py``, ``lower_quant.py``)
-  need code. Each entry's ``check`` refuses, before anything is written, what can be known
-  from the graph (several outputs, a dtype without a CANN code, an attribute the GE mapping
-  lacks);
+  registered with :func:`lowering` (``lower_nn.py``, ``lower_tensor.py``, ``lower_rnn.py``,
+  ``lower_quant.py``) need code. Each entry's ``check`` refuses, before anything is written,
+  what can be known from the graph (several outputs, unless the lowering is registered
+  ``multi_output`` and binds every port itself; a dtype without a CANN code; an attribute
+  the GE mapping lacks);
 * the op that produces a Kiln value is named after that value, so the names survive the
   round trip; helper ops of an expansion get derived names (``<value>/Conv2D``).
 
@@ -50,15 +51,21 @@ log = logging.getLogger(__name__)
 
 LowerFn = Callable[["Lowerer", Node], None]
 _LOWERINGS: dict[str, OpSupport[LowerFn]] = {}  # ops whose lowering needs code
+_MULTI_OUTPUT: set[str] = set()  # ops whose lowering writes every output (Split, LSTM, ...)
 
 
-def lowering(*ops: str, check: Check | None = None) -> Callable[[LowerFn], LowerFn]:
+def lowering(
+    *ops: str, check: Check | None = None, multi_output: bool = False
+) -> Callable[[LowerFn], LowerFn]:
     """Register a lowering, and the check that refuses what it cannot write, for Kiln ops
-    (``"Conv"``, ``"kiln::FusedConv"``)."""
+    (``"Conv"``, ``"kiln::FusedConv"``). ``multi_output`` lowerings bind every output of the
+    node (:meth:`Lowerer.bind`); the others map single-output nodes only."""
 
     def deco(fn: LowerFn) -> LowerFn:
         for q in ops:
             _LOWERINGS[q] = OpSupport(fn, check)
+            if multi_output:
+                _MULTI_OUTPUT.add(q)
         return fn
 
     return deco
@@ -111,6 +118,7 @@ def capabilities() -> CapabilityTable[LowerFn]:
     """
     import backends.cann.lower_nn  # noqa: F401  (registers the lowerings that need code)
     import backends.cann.lower_quant  # noqa: F401
+    import backends.cann.lower_rnn  # noqa: F401
     import backends.cann.lower_tensor  # noqa: F401
 
     entries: dict[str, OpSupport[LowerFn]] = {}
@@ -120,9 +128,12 @@ def capabilities() -> CapabilityTable[LowerFn]:
         simple = SIMPLE_BY_KILN.get(op)
         attrs = _simple_check(simple) if simple is not None else None
         entries[op] = OpSupport(coded.lower, all_of(attrs, coded.check))
-    common = (_single_output, _output_dtypes)
+
+    def common(op: str) -> tuple[Check, ...]:
+        return (_output_dtypes,) if op in _MULTI_OUTPUT else (_single_output, _output_dtypes)
+
     return CapabilityTable(
-        "cann", {op: OpSupport(e.lower, all_of(*common, e.check)) for op, e in entries.items()}
+        "cann", {op: OpSupport(e.lower, all_of(*common(op), e.check)) for op, e in entries.items()}
     )
 
 
@@ -212,9 +223,24 @@ class Lowerer:
         self.refs[key] = r
         return r
 
-    def bind(self, node: Node, r: str) -> None:
-        """Record ``r`` as the reference of the node's (single) output."""
-        self.refs[(node.id, 0)] = r
+    def bind(self, node: Node, r: str, port: int = 0) -> None:
+        """Record ``r`` as the reference of the node's output ``port``."""
+        self.refs[(node.id, port)] = r
+
+    def used(self, node: Node, port: int) -> bool:
+        """Whether output ``port`` of ``node`` is read (by a node or as a graph output)."""
+        v = self.g.value(node, port)
+        return bool(self.g.users(v)) or any((o.node, o.port) == (v.node, v.port) for o in self.g.outputs)
+
+    def int_const(self, values: Sequence[int], base: str, dtype: type = np.int64) -> str:
+        """A 1-D integer Const (shapes, slice bounds, axes)."""
+        return self.const(np.array(list(values), dtype), base)
+
+    def slice(self, x: str, t: TensorType, begin: int, end: int, axis: int, name: str) -> str:
+        """``StridedSliceV2`` op ``name`` of ``x`` (type ``t`` after it) along one axis, ``[begin, end)``."""
+        consts = [self.int_const([v], f"{name}/{k}") for k, v in (("begin", begin), ("end", end))]
+        consts += [self.int_const([axis], f"{name}/axes"), self.int_const([1], f"{name}/strides")]
+        return self.emit(name, "StridedSliceV2", [x, *consts], [self.desc(t)])
 
     def chain(self, node: Node, first_inputs: Sequence[str], steps: Sequence[Step]) -> str:
         """Emit ``steps`` as a chain; the last op takes the node's value name."""

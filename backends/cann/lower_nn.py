@@ -16,6 +16,8 @@
 * ``Reshape`` / ``Flatten`` / ``Squeeze`` / ``Unsqueeze`` -> ``Reshape`` to the static output shape.
 * ``Transpose`` -> ``TransposeD`` (explicit perm), ``Concat`` -> ``ConcatD`` (with ``N``),
   ``Clip`` -> ``ClipByValue`` (absent bounds become the dtype's extremes).
+* ``LayerNormalization`` -> ``LayerNorm`` (outputs y, mean, variance; InvStdDev refused, so the
+  decomposition serves it), ``ConvTranspose`` -> ``Conv2DTranspose`` (``input_size`` Const first).
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ import numpy as np
 from backends.cann.lower import Lowerer, Step, lowering
 from backends.cann.nn_attrs import activation_steps, conv2d_attrs, conv2d_reason, fc_attrs
 from compiler.ir.graph import Graph, Node
+from compiler.ir.types import DType
+from compiler.ops.shapes import normalize_axis
 from passes.normalize_gemm import canonical_gemm_reason
-from schemas.cann.om_graph import Attr
+from schemas.cann.codes import format_for
+from schemas.cann.om_graph import Attr, TensorDesc
 from schemas.cann.op_table import SIMPLE_BY_KILN
 
 __all__: list[str] = []
@@ -200,3 +205,91 @@ def _clip(low: Lowerer, node: Node) -> None:
             bound = extreme if np.issubdtype(dt, np.floating) else (info.min if tag == "min" else info.max)
             refs.append(low.const(np.array(bound, dt), f"{base}/ClipByValue/{tag}"))
     low.chain(node, refs, [Step("ClipByValue", [], {})])
+
+
+def _layer_norm_reason(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
+    x = ins[0]
+    assert x is not None and x.type.rank is not None
+    if x.type.dtype is not DType.FLOAT32:
+        return f"dtype {x.type.dtype.name} (Kiln writes LayerNorm for float32 only)"
+    inv = graph.value(node, 2) if node.num_outputs > 2 else None
+    if inv is not None and (
+        graph.users(inv) or any((o.node, o.port) == (inv.node, 2) for o in graph.outputs)
+    ):
+        return "InvStdDev is read (GE's LayerNorm gives the variance instead)"
+    axis = normalize_axis(node.attrs.axis, x.type.rank)
+    want = x.type.static_shape[axis:] if x.type.is_static else None
+    for v, what in ((ins[1], "scale"), (ins[2] if len(ins) > 2 else None, "bias")):
+        if v is not None and v.type.shape != want and v.const is None:
+            return (
+                f"{what} of shape {v.type} is broadcast and not constant (GE's gamma/beta are x.shape[axis:])"
+            )
+    return None
+
+
+@lowering("LayerNormalization", check=_layer_norm_reason, multi_output=True)
+def _layer_norm(low: Lowerer, node: Node) -> None:
+    """``LayerNormalization`` -> ``LayerNorm(x, gamma, beta)`` with ``begin_norm_axis`` =
+    ``begin_params_axis`` = axis and ``epsilon``; outputs y, mean, variance (ONNX's Mean is GE's
+    mean; InvStdDev is refused). A broadcast constant scale/bias is expanded, an absent bias is 0."""
+    ins = list(low.g.inputs_of(node)) + [None]
+    x = ins[0]
+    assert x is not None and x.type.rank is not None
+    shape = x.type.static_shape
+    axis = normalize_axis(node.attrs.axis, x.type.rank)
+    name = low.g.value(node).name
+    params = []
+    for v, what in ((ins[1], "gamma"), (ins[2], "beta")):
+        if v is not None and v.type.shape == shape[axis:]:
+            params.append(low.ref_of(v))
+        else:
+            c = np.zeros((), np.float32) if v is None else v.const
+            assert c is not None  # checked: a broadcast scale/bias is constant
+            arr = np.broadcast_to(c, shape[axis:])
+            params.append(low.const(np.ascontiguousarray(arr), f"{name}/{what}"))
+    stats = TensorDesc(DType.FLOAT32, (*shape[:axis], *(1,) * (len(shape) - axis)), format_for(len(shape)))
+    attrs = {
+        "begin_norm_axis": Attr.i(axis),
+        "begin_params_axis": Attr.i(axis),
+        "epsilon": Attr.f(node.attrs.epsilon),
+    }
+    low.emit(name, "LayerNorm", [low.ref_of(x), *params], [low.desc(x.type, node), stats, stats], attrs)
+    for port in range(min(node.num_outputs, 2)):
+        low.bind(node, f"{name}:{port}", port)
+
+
+def _conv_transpose_reason(graph: Graph, node: Node) -> str | None:
+    w = graph.inputs_of(node)[1]
+    assert w is not None
+    a = node.attrs
+    if w.type.rank != 4:
+        return f"only 2-D transposed convolutions map to Conv2DTranspose (weight {w.type})"
+    if a.auto_pad not in ("NOTSET", "") or a.output_shape:
+        return "auto_pad / output_shape (run the default pipeline to make pads explicit)"
+    return None
+
+
+@lowering("ConvTranspose", check=_conv_transpose_reason)
+def _conv_transpose(low: Lowerer, node: Node) -> None:
+    """``ConvTranspose`` -> ``Conv2DTranspose(input_size, x, filter[, bias])``: input_size an int32
+    Const of the NCHW output shape, the filter in ONNX's [C_in, C_out/group, kH, kW] (NCHW), pads
+    [top, bottom, left, right], 4-element strides, dilations and output_padding."""
+    ins = list(low.g.inputs_of(node)) + [None]
+    x, w, b = ins[0], ins[1], ins[2]
+    assert x is not None and w is not None
+    a = node.attrs
+    out = low.g.value(node)
+    size = low.int_const(out.type.static_shape, f"{out.name}/input_size", np.int32)
+    pads = tuple(a.pads) or (0, 0, 0, 0)
+    attrs = {
+        "strides": Attr.li((1, 1, *(tuple(a.strides) or (1, 1)))),
+        "pads": Attr.li((pads[0], pads[2], pads[1], pads[3])),
+        "dilations": Attr.li((1, 1, *(tuple(a.dilations) or (1, 1)))),
+        "groups": Attr.i(a.group),
+        "data_format": Attr.s("NCHW"),
+        "output_padding": Attr.li((0, 0, *(tuple(a.output_padding) or (0, 0)))),
+        "offset_x": Attr.i(0),
+    }
+    inputs = [size, low.ref_of(x), low.ref_of(w)] + ([low.ref_of(b)] if b is not None else [])
+    low.chain(node, inputs, [Step("Conv2DTranspose", [], attrs)])

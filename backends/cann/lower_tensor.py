@@ -1,4 +1,4 @@
-"""Lowerings of data-movement ops whose GE form takes constant inputs: Gather, Expand, Pad.
+"""Lowerings of data-movement ops: Gather, Expand, Pad (constant operands), Split, ScatterND.
 
 The forms are the ones ATC's ONNX parser writes (ops-plugin ``onnx_plugin``):
 
@@ -13,6 +13,9 @@ The forms are the ones ATC's ONNX parser writes (ops-plugin ``onnx_plugin``):
   ``paddings_contiguous = false``, and ``mode`` constant / reflect / edge (GE's names are
   ONNX's). ONNX's ``axes`` input is folded into the full-rank paddings; ``constant_values`` is
   only written in constant mode. Negative pads (crops) and ``wrap`` have no PadV3 form.
+* ``Split`` -> ``SplitD`` (equal parts) / ``SplitVD`` (``size_splits``), one GE op with every output.
+* ``ScatterND`` -> ``TensorMove`` + ``ScatterNdUpdate`` / ``ScatterNdAdd`` / ``ScatterNdMax`` /
+  ``ScatterNdMin`` (reduction ``mul`` has none).
 """
 
 from __future__ import annotations
@@ -99,3 +102,57 @@ def _pad(low: Lowerer, node: Node) -> None:
     extra = [low.ref_of(value)] if keep else []
     attrs = {"mode": Attr.s(mode), "paddings_contiguous": Attr.b(False)}
     low.chain(node, [low.ref_of(x), c, *extra], [Step("PadV3", [], attrs)])
+
+
+@lowering("Split", multi_output=True)
+def _split(low: Lowerer, node: Node) -> None:
+    """``Split`` -> ``SplitD(x)`` (equal parts: ``split_dim``, ``num_split``) or ``SplitVD(x)``
+    (``size_splits`` too), the forms of ATC's ONNX parser; the GE op writes every output."""
+    x = low.g.inputs_of(node)[0]
+    assert x is not None and x.type.rank is not None
+    axis = normalize_axis(node.attrs.axis, x.type.rank)
+    outs = low.g.outputs_of(node)
+    sizes = [v.type.static_shape[axis] for v in outs]
+    attrs = {"split_dim": Attr.i(axis), "num_split": Attr.i(len(outs))}
+    kind = "SplitD" if len(set(sizes)) == 1 else "SplitVD"
+    if kind == "SplitVD":
+        attrs = {"size_splits": Attr.li(sizes), **attrs}
+    name = outs[0].name
+    low.emit(name, kind, [low.ref_of(x)], [low.desc(v.type, node) for v in outs], attrs)
+    for port in range(len(outs)):
+        low.bind(node, f"{name}:{port}", port)
+
+
+SCATTER_ND_OPS = {
+    "none": "ScatterNdUpdate",
+    "add": "ScatterNdAdd",
+    "max": "ScatterNdMax",
+    "min": "ScatterNdMin",
+}
+"""ONNX ScatterND's reduction -> the GE op of ATC's ScatterND plugin (after ``TensorMove``)."""
+
+
+def _scatter_nd_reason(graph: Graph, node: Node) -> str | None:
+    r = node.attrs.reduction
+    return (
+        None
+        if r in SCATTER_ND_OPS
+        else f"reduction {r!r} has no GE ScatterNd op ({', '.join(SCATTER_ND_OPS)})"
+    )
+
+
+@lowering("ScatterND", check=_scatter_nd_reason)
+def _scatter_nd(low: Lowerer, node: Node) -> None:
+    """``ScatterND(data, indices, updates)`` -> ``ScatterNdUpdate(TensorMove(data), indices, updates)``
+    (Add/Max/Min for the reductions), as ATC's ONNX ScatterND plugin builds it: TensorMove copies
+    ``data`` into the buffer the ref-style scatter updates."""
+    data, idx, upd = low.g.inputs_of(node)
+    steps = [
+        Step("TensorMove", [], {}),
+        Step(
+            SCATTER_ND_OPS[node.attrs.reduction],
+            [low.ref_of(idx), low.ref_of(upd)],
+            {"use_locking": Attr.b(False)},
+        ),
+    ]
+    low.chain(node, [low.ref_of(data)], steps)

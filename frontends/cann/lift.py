@@ -3,7 +3,9 @@
 Data ops become graph inputs (in ``index`` order), Const ops constants (added when first
 used), NetOutput the graph outputs with their public names. One-to-one ops come back
 through ``SIMPLE_OPS``; the rest through lifters registered with :func:`lifter`
-(``lift_nn.py``, ``lift_tensor.py``, ``lift_quant.py``). Every op type is checked before any
+(``lift_nn.py``, ``lift_tensor.py``, ``lift_rnn.py``, ``lift_quant.py``); a multi-output GE
+op (SplitD, LayerNorm, DynamicRNN) returns one value per output, or None with a reason for an
+output no ONNX op computes. Every op type is checked before any
 is converted, and all unsupported ones are reported together. Each lifted value must match
 the file's output descriptor (dtype and shape), and the finished graph must pass Kiln's
 verifier: a file that parses but does not describe a valid graph is a ModelFileError, never
@@ -26,8 +28,9 @@ from schemas.cann.op_table import SIMPLE_BY_GE, SimpleOp
 
 __all__ = ["Lifter", "lift_graph", "lifter", "LiftError"]
 
-LiftFn = Callable[["Lifter", OmOp], Value]
+LiftFn = Callable[["Lifter", OmOp], "Value | Sequence[Value | None]"]
 _LIFTERS: dict[str, LiftFn] = {}
+_MULTI_OUTPUT: set[str] = set()  # GE types whose lifter returns one value (or None) per output
 _STRUCTURAL = ("Data", "Const", "NetOutput")
 # What building a node from a file's values may raise; each becomes one ModelFileError.
 _BUILD_ERRORS: tuple[type[Exception], ...] = (ShapeError, AttrError, GraphError, UnknownOpError, ValueError)
@@ -38,12 +41,16 @@ class LiftError(Exception):
     """Raised by a lifter: the op's content is invalid (becomes a ModelFileError)."""
 
 
-def lifter(*ge_types: str) -> Callable[[LiftFn], LiftFn]:
-    """Register a lifter for GE op types."""
+def lifter(*ge_types: str, multi_output: bool = False) -> Callable[[LiftFn], LiftFn]:
+    """Register a lifter for GE op types. A ``multi_output`` lifter returns one value per output
+    descriptor, None for an output Kiln cannot compute (reading it is then an error naming
+    the reason given to :meth:`Lifter.unavailable`)."""
 
     def deco(fn: LiftFn) -> LiftFn:
         for t in ge_types:
             _LIFTERS[t] = fn
+            if multi_output:
+                _MULTI_OUTPUT.add(t)
         return fn
 
     return deco
@@ -61,6 +68,7 @@ class Lifter:
         self.values: dict[str, Value] = {}
         self.done: set[str] = set()  # ops consumed by another op's lifter (e.g. AscendDequant)
         self.int32_outputs: set[str] = set()  # int8 convs: int32 in the file, dequantized float in Kiln
+        self.missing: dict[str, str] = {}  # reference -> why Kiln has no value for it
 
     # ------------------------------------------------------------------ helpers
     def value(self, r: str) -> Value | None:
@@ -72,6 +80,8 @@ class Lifter:
             return v
         name, _ = split_ref(r)
         op = self.ops[name]
+        if r in self.missing:
+            raise LiftError(f"input {r!r} cannot be read: {self.missing[r]}")
         if op.type != "Const" or op.value is None:
             raise LiftError(f"input {r!r} is read before it is computed")
         v = self.g.add_constant(op.value, op.name)
@@ -121,6 +131,13 @@ class Lifter:
         n = self.g.add_node(op_type, list(inputs), attrs, name=name, output_names=[name], **kw)  # type: ignore[arg-type]
         return self.g.value(n)
 
+    def multi(
+        self, op_type: str, inputs: Sequence[Value | None], attrs: object, names: Sequence[str], **kw: object
+    ) -> list[Value]:
+        """Add a Kiln node with one output per name; returns its output values."""
+        n = self.g.add_node(op_type, list(inputs), attrs, name=names[0], output_names=list(names), **kw)  # type: ignore[arg-type]
+        return self.g.outputs_of(n)
+
     # --------------------------------------------------------------------- walk
     def run(self, input_shapes: Mapping[str, Sequence[int]]) -> Graph:
         """Lift every op; ModelFileError / UnsupportedOpsError on a bad file."""
@@ -143,8 +160,12 @@ class Lifter:
                 raise self._fail(op, str(exc)) from None
             except _BUILD_ERRORS as exc:
                 raise self._fail(op, f"{type(exc).__name__}: {exc}") from None
-            self.check(op, v)
-            self.values[f"{op.name}:0"] = v
+            if isinstance(v, Value):
+                v = [v]
+            for port, pv in enumerate(v):
+                if pv is not None:
+                    self.check(op, pv, port)
+                    self.values[f"{op.name}:{port}"] = pv
         self._outputs(nets[0])
         try:
             verify(self.g)
@@ -152,8 +173,11 @@ class Lifter:
             raise ModelFileError(f"{self.source}: the model is not a valid graph: {exc}") from None
         return self.g
 
-    def _lift(self, op: OmOp) -> Value:
-        if len(op.outputs) != 1:
+    def _lift(self, op: OmOp) -> Value | Sequence[Value | None]:
+        if op.type in _MULTI_OUTPUT:
+            if not op.outputs:
+                raise LiftError("no output descriptors")
+        elif len(op.outputs) != 1:
             raise LiftError(f"{len(op.outputs)} output descriptors (Kiln reads single-output ops)")
         fn = _LIFTERS.get(op.type)
         if fn is not None:
@@ -173,11 +197,15 @@ class Lifter:
         where = f"op {op.name!r} ({op.type}): " if op is not None else ""
         return ModelFileError(f"{self.source}: invalid .om model: {where}{why}")
 
-    def check(self, op: OmOp, v: Value) -> None:
-        """The lifted value must match the op's output descriptor (dtype and shape)."""
-        d = op.outputs[0] if op.outputs else None
+    def unavailable(self, op: OmOp, port: int, why: str) -> None:
+        """Record that output ``port`` of ``op`` has no Kiln value (reading it fails with ``why``)."""
+        self.missing[f"{op.name}:{port}"] = why
+
+    def check(self, op: OmOp, v: Value, port: int = 0) -> None:
+        """The lifted value must match the op's output descriptor ``port`` (dtype and shape)."""
+        d = op.outputs[port] if port < len(op.outputs) else None
         if d is None:
-            raise self._fail(op, "no output descriptor")
+            raise self._fail(op, f"no output descriptor {port}")
         t = v.type
         dtype_ok = t.dtype is d.dtype or (op.name in self.int32_outputs and d.dtype is DType.INT32)
         if t.shape != d.shape or not dtype_ok:
@@ -228,6 +256,7 @@ def lift_graph(om: OmGraph, source: str, input_shapes: Mapping[str, Sequence[int
     """The Kiln Graph of an OmGraph read from ``source``."""
     import frontends.cann.lift_nn  # noqa: F401  (registers the lifters that need code)
     import frontends.cann.lift_quant  # noqa: F401
+    import frontends.cann.lift_rnn  # noqa: F401
     import frontends.cann.lift_tensor  # noqa: F401
 
     return Lifter(om, source).run(input_shapes or {})

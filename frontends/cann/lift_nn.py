@@ -165,3 +165,58 @@ def _reshape(lf: Lifter, op: OmOp) -> Value:
         raise LiftError("the shape must be a 1-D integer constant")
     ins = lf.inputs(op)
     return lf.node("Reshape", ins[:2], None, op.name)
+
+
+@lifter("LayerNorm", multi_output=True)
+def _layer_norm(lf: Lifter, op: OmOp) -> list[Value | None]:
+    """``LayerNorm(x, gamma, beta)`` -> ``LayerNormalization`` (axis = begin_norm_axis, which must
+    equal begin_params_axis); GE's mean is ONNX's Mean, its variance has no ONNX output."""
+    if len(op.inputs) != 3 or not all(op.inputs):
+        raise LiftError(f"LayerNorm has 3 inputs (x, gamma, beta), not {len(op.inputs)}")
+    x, gamma, beta = (lf.value(r) for r in op.inputs)
+    assert x is not None and x.type.rank is not None
+    rank = x.type.rank
+    axis = lf.attr(op, "begin_norm_axis", "i", 0)
+    params = lf.attr(op, "begin_params_axis", "i", 0)
+    if not isinstance(axis, int) or not isinstance(params, int) or not -rank <= axis < rank:
+        raise LiftError(f"begin_norm_axis {axis!r} does not fit an input of rank {rank}")
+    if params % rank != axis % rank:
+        raise LiftError(f"begin_params_axis {params} != begin_norm_axis {axis} has no ONNX form")
+    attrs = {"axis": axis, "epsilon": lf.attr(op, "epsilon", "f", 1e-5)}
+    n = min(len(op.outputs), 2)
+    vals = lf.multi("LayerNormalization", [x, gamma, beta], attrs, [op.name, f"{op.name}_mean"][:n])
+    lf.unavailable(op, 2, "GE LayerNorm's variance has no ONNX output (ONNX gives InvStdDev)")
+    return [*vals, None]
+
+
+@lifter("Gelu")
+def _gelu(lf: Lifter, op: OmOp) -> Value:
+    """GE's ``Gelu`` is the tanh approximation x / (1 + exp(-2·sqrt(2/π)(x + 0.044715 x³))) (GeluV2
+    carries ONNX's ``approximate`` itself)."""
+    if len(op.inputs) != 1:
+        raise LiftError(f"Gelu has 1 input, not {len(op.inputs)}")
+    return lf.node("Gelu", lf.inputs(op), {"approximate": "tanh"}, op.name)
+
+
+@lifter("Conv2DTranspose")
+def _conv_transpose(lf: Lifter, op: OmOp) -> Value:
+    """``Conv2DTranspose(input_size, x, filter[, bias])`` -> ``ConvTranspose``; the output shape must
+    be the one ``input_size`` states (checked against the op's output descriptor)."""
+    if len(op.inputs) not in (3, 4) or not all(op.inputs[:3]) or (len(op.inputs) == 4 and not op.inputs[3]):
+        raise LiftError(
+            f"Conv2DTranspose has 3 or 4 inputs (input_size, x, filter, bias), not {len(op.inputs)}"
+        )
+    size = lf.const(op, 0, "input_size")
+    x, w, *bias = (lf.value(r) for r in op.inputs[1:])
+    assert x is not None and w is not None
+    if w.type.rank != 4:
+        raise LiftError(f"filter shape {w.type} is not 4-D")
+    attrs = conv_attrs(lf, op, w.type.static_shape)
+    pad = lf.ints(op, "output_padding", 4, (0, 0, 0, 0))
+    if pad[:2] != (0, 0):
+        raise LiftError(f"output_padding {list(pad)} must be 0 on N and C")
+    attrs["output_padding"] = pad[2:]
+    v = lf.node("ConvTranspose", [x, w, *bias], attrs, op.name)
+    if tuple(int(s) for s in size.reshape(-1)) != v.type.static_shape:
+        raise LiftError(f"input_size {size.reshape(-1).tolist()} differs from the computed shape {v.type}")
+    return v

@@ -89,3 +89,60 @@ def _pad(lf: Lifter, op: OmOp) -> Value:
     p = lf.g.add_constant(np.array(pads, np.int64), f"{op.name}/pads")
     ins = [x, p] + ([value] if value is not None else [])
     return lf.node("Pad", ins, {"mode": mode}, op.name)
+
+
+@lifter("SplitD", "SplitVD", multi_output=True)
+def _split(lf: Lifter, op: OmOp) -> list[Value | None]:
+    if len(op.inputs) != 1:
+        raise LiftError(f"{op.type} has 1 input (x), not {len(op.inputs)}")
+    x = _operands(lf, op, 1)[0]
+    rank = x.type.rank
+    axis = lf.attr(op, "split_dim", "i")
+    n = lf.attr(op, "num_split", "i")
+    if not isinstance(axis, int) or not isinstance(n, int) or rank is None or not -rank <= axis < rank:
+        raise LiftError(f"split_dim {axis!r} / num_split {n!r} do not fit an input of rank {rank}")
+    dim = x.type.static_shape[axis % rank]
+    if op.type == "SplitD":
+        if n < 1 or dim % n:
+            raise LiftError(f"num_split {n} does not divide dim {dim}")
+        sizes = [dim // n] * n
+    else:
+        sizes = list(lf.ints(op, "size_splits", n))
+        if sizes.count(-1) == 1:
+            sizes[sizes.index(-1)] = dim - sum(s for s in sizes if s != -1)
+        if any(s < 0 for s in sizes) or sum(sizes) != dim:
+            raise LiftError(f"size_splits {sizes} do not cut dim {dim}")
+    if len(op.outputs) != n:
+        raise LiftError(f"{len(op.outputs)} output descriptors for num_split {n}")
+    split = lf.g.add_constant(np.array(sizes, np.int64), f"{op.name}/split")
+    names = [op.name] + [f"{op.name}_{i}" for i in range(1, n)]
+    return list(lf.multi("Split", [x, split], {"axis": axis}, names))
+
+
+_SCATTER_ND = {
+    "ScatterNdUpdate": "none",
+    "ScatterNdAdd": "add",
+    "ScatterNdMax": "max",
+    "ScatterNdMin": "min",
+    "TensorScatterUpdate": "none",
+    "TensorScatterAdd": "add",
+    "TensorScatterMax": "max",
+    "TensorScatterMin": "min",
+}
+
+
+@lifter(*_SCATTER_ND)
+def _scatter_nd(lf: Lifter, op: OmOp) -> Value:
+    """``ScatterNd{Update,Add,Max,Min}(var, indices, updates)`` (ATC's form, var = TensorMove(data))
+    and the older ``TensorScatter*(x, indices, updates)`` become ONNX ScatterND."""
+    if len(op.inputs) != 3:
+        raise LiftError(f"{op.type} has 3 inputs (var/x, indices, updates), not {len(op.inputs)}")
+    return lf.node("ScatterND", _operands(lf, op, 3), {"reduction": _SCATTER_ND[op.type]}, op.name)
+
+
+@lifter("TensorMove")
+def _tensor_move(lf: Lifter, op: OmOp) -> Value:
+    """``TensorMove`` copies its input: Identity."""
+    if len(op.inputs) != 1:
+        raise LiftError(f"TensorMove has 1 input, not {len(op.inputs)}")
+    return lf.node("Identity", _operands(lf, op, 1), None, op.name)

@@ -7,10 +7,12 @@ table: the backend (``lower.py``) writes ``ge`` ops with these attributes, the f
 maps must keep its default; otherwise the backend refuses the node by name.
 
 ``ACTIVATIONS`` maps the activation fused into ``kiln::FusedConv`` to the GE op that
-follows the Conv2D. Ops whose mapping needs code (Conv2D, Pooling, AvgPoolV2,
-FullyConnection, BNInference, Reshape, TransposeD, ConcatD, ClipByValue, GatherV2, Expand,
-PadV3 and the int8 ops) live in ``lower_nn.py`` / ``lower_tensor.py`` / ``lower_quant.py``
-and in the frontend's lift modules.
+follows the Conv2D. Ops whose mapping needs code (Conv2D, Conv2DTranspose, Pooling, AvgPoolV2,
+FullyConnection, BNInference, LayerNorm, Reshape, TransposeD, ConcatD, ClipByValue, GatherV2,
+Expand, PadV3, SplitD/SplitVD, TensorMove + ScatterNd*, DynamicRNN and the int8 ops) live in
+``lower_nn.py`` / ``lower_tensor.py`` / ``lower_rnn.py`` / ``lower_quant.py`` and in the
+frontend's lift modules. ``DYNAMIC_RNN_*`` and :func:`lstm_gate_blocks` are the DynamicRNN
+conventions both directions share.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ __all__ = [
     "SIMPLE_BY_GE",
     "ACTIVATIONS",
     "ActivationOp",
+    "DYNAMIC_RNN_OUTPUTS",
+    "DYNAMIC_RNN_DIRECTIONS",
+    "DYNAMIC_RNN_ATTRS",
+    "lstm_gate_blocks",
 ]
 
 
@@ -126,12 +132,20 @@ SIMPLE_OPS: tuple[SimpleOp, ...] = (
     SimpleOp("LeakyRelu", "LeakyRelu", (AttrRule("alpha", "negative_slope", "f"),)),
     SimpleOp("kiln::Relu6", "Relu6"),
     SimpleOp("Identity", "Identity"),
+    SimpleOp("Equal", "Equal"),
+    SimpleOp("Where", "SelectV2"),
     SimpleOp("Clip", "ClipByValue"),
     SimpleOp(
         "Softmax",
         "SoftmaxV2",
         (AttrRule("axis", "axes", "li", to_ge=lambda a: (a,), to_kiln=lambda v: v[0]),),
     ),
+    SimpleOp(
+        "LogSoftmax",
+        "LogSoftmaxV2",
+        (AttrRule("axis", "axes", "li", to_ge=lambda a: (a,), to_kiln=lambda v: v[0]),),
+    ),
+    SimpleOp("Gelu", "GeluV2", (AttrRule("approximate", "approximate", "s"),)),
     SimpleOp("Concat", "ConcatD", (AttrRule("axis", "concat_dim", "i"),)),
     SimpleOp("Transpose", "TransposeD", (AttrRule("perm", "perm", "li"),)),
     SimpleOp("Slice", "StridedSliceV2"),
@@ -176,3 +190,38 @@ ACTIVATIONS = MappingProxyType(
         "tanh": ActivationOp("Tanh"),
     }
 )
+
+
+# ----------------------------------------------------------------- DynamicRNN (LSTM)
+DYNAMIC_RNN_OUTPUTS = ("y", "output_h", "output_c", "i", "j", "f", "o", "tanhc")
+"""DynamicRNN's outputs, each [T, B, H]: y, h and c at every step, then the gate activations."""
+
+DYNAMIC_RNN_DIRECTIONS = MappingProxyType({"forward": "UNIDIRECTIONAL", "reverse": "REDIRECTIONAL"})
+
+DYNAMIC_RNN_ATTRS = MappingProxyType(
+    {
+        "cell_type": Attr.s("LSTM"),
+        "cell_depth": Attr.i(1),
+        "use_peephole": Attr.b(False),
+        "keep_prob": Attr.f(1.0),
+        "cell_clip": Attr.f(-1.0),
+        "num_proj": Attr.i(0),
+        "time_major": Attr.b(True),
+        "activation": Attr.s("tanh"),
+        "forget_bias": Attr.f(0.0),
+        "gate_order": Attr.s("ijfo"),
+        "is_training": Attr.b(False),
+    }
+)
+"""The attributes Kiln writes on every DynamicRNN besides ``direction`` (the plain ONNX LSTM cell)."""
+
+
+def lstm_gate_blocks(gate_order: str) -> tuple[int, ...]:
+    """For each ONNX gate block (i, o, f, c), its block index in a DynamicRNN weight of ``gate_order``.
+
+    DynamicRNN's ``j`` is ONNX's cell gate ``c``; ATC's CommonLSTM fusion swaps blocks 1 and 3
+    (ONNX iofc -> ijfo). Raises ValueError for an order that is not a permutation of "ijfo".
+    """
+    if sorted(gate_order) != sorted("ijfo"):
+        raise ValueError(f"gate_order {gate_order!r} is not a permutation of 'ijfo'")
+    return tuple(gate_order.index(g) for g in "iofj")
