@@ -22,6 +22,19 @@ script prints the median of ``--repeats`` runs and the ratio kiln / ort (below 1
 Time is wall-clock (``time.perf_counter``); onnxruntime uses its default thread pools in both.
 onnxruntime's side is :mod:`tests.helpers.quant_reference`, the same calls the int8 acceptance
 test makes.
+
+**Accuracy** (``--sqnr``): instead of timing, the hold-out SQNR of Kiln's and onnxruntime's int8
+models, per model x method x output (:class:`tests.helpers.quant_reference.QuantBench`, the
+acceptance test's yardstick: same method name on both sides, per-channel int8 weights, QDQ,
+the same calibration samples)::
+
+    .venv/bin/python benchmarks/quantize_vs_ort.py --sqnr --zoo /tmp/zoo
+
+The shared models calibrate on ``<stem>.calib.npz`` (16 samples) and are scored on
+``<stem>.holdout.npz`` (8). A zoo CNN ``/tmp/zoo/<name>/`` has ``calib.npz`` (8 samples) and
+``inputs.npz`` (1): Kiln and onnxruntime calibrate on the first 6 calibration samples, and
+the hold-out set is the other 2 plus ``inputs.npz`` (3 samples, never seen in calibration).
+The last lines give, per method, the worst and the mean ``kiln - ort`` (dB) over the rows.
 """
 
 from __future__ import annotations
@@ -48,12 +61,21 @@ from compiler.pass_manager import PassManager  # noqa: E402
 from compiler.pipelines import pipeline  # noqa: E402
 from compiler.quant.options import QuantOptions  # noqa: E402
 from compiler.quant.quantize import quantize_int8  # noqa: E402
-from tests.helpers.quant_reference import load_samples, ort_quantize, ort_ready_model  # noqa: E402
+from tests.helpers.quant_reference import (  # noqa: E402
+    ModelCase,
+    QuantBench,
+    SqnrRow,
+    load_samples,
+    ort_quantize,
+    ort_ready_model,
+)
 
-__all__ = ["main", "bench_case"]
+__all__ = ["main", "bench_case", "sqnr_table", "zoo_case"]
 
 STEMS = ["pan_mnv3s_skin_clothes_hair", "ppocr_mobile_v2_cls", "ultraface_rfb320", "yunet_n_320"]
 METHODS = ["minmax", "entropy", "percentile"]
+ZOO = ["resnet18", "mobilenetv2_100", "mnasnet_100", "efficientnet_b0"]
+ZOO_CALIB = 6  # of the 8 calib.npz samples; the rest, with inputs.npz, are the hold-out
 SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
 
 
@@ -97,6 +119,72 @@ def bench_case(shared: Path, stem: str, method: str, repeats: int, work: Path) -
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def shared_case(shared: Path, stem: str) -> ModelCase:
+    """A shared model with its calibration, hold-out and real-input files."""
+    data = shared / "models" / "data"
+    return ModelCase(
+        stem,
+        shared / "models" / f"{stem}.onnx",
+        data / f"{stem}.calib.npz",
+        data / f"{stem}.holdout.npz",
+        data / f"{stem}.npz",
+        {k: tuple(v) for k, v in SHAPES.get(stem, {}).items()},
+    )
+
+
+def zoo_case(folder: Path, work: Path) -> ModelCase:
+    """A zoo model: calibrate on calib.npz[:6]; hold out calib.npz[6:] + inputs.npz."""
+    import numpy as np
+
+    name = folder.name
+    with np.load(folder / "calib.npz") as c, np.load(folder / "inputs.npz") as r:
+        calib = {k: c[k] for k in c.files}
+        real = {k: r[k] for k in r.files}
+    hold = {k: np.concatenate([v[ZOO_CALIB:], real[k][None]]) for k, v in calib.items()}
+    np.savez(work / f"{name}.calib.npz", **{k: v[:ZOO_CALIB] for k, v in calib.items()})
+    np.savez(work / f"{name}.holdout.npz", **hold)  # type: ignore[arg-type]
+    return ModelCase(
+        name,
+        folder / "model.onnx",
+        work / f"{name}.calib.npz",
+        work / f"{name}.holdout.npz",
+        folder / "inputs.npz",
+    )
+
+
+def sqnr_table(cases: list[ModelCase], methods: list[str], work: Path) -> list[SqnrRow]:
+    """Print (as they come) and return the hold-out SQNR rows of every case and method."""
+    bench = QuantBench({c.stem: c for c in cases}, work)
+    head = f"{'model':<28} {'method':<10} {'output':<24} {'kiln dB':>8} {'ort dB':>8} {'diff':>7}"
+    print(head)
+    print("-" * len(head))
+    rows: list[SqnrRow] = []
+    for case in cases:
+        for method in methods:
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    got = bench.sqnr(case.stem, method)
+            except AssertionError as exc:  # kiln compile failed (e.g. its verification)
+                print(f"{case.stem:<28} {method:<10} FAILED: {str(exc)[-120:]}", flush=True)
+                continue
+            for r in got:
+                print(
+                    f"{r.stem:<28} {r.method:<10} {r.output[:24]:<24} {r.kiln:8.2f} {r.ort:8.2f} "
+                    f"{r.kiln - r.ort:+7.2f}",
+                    flush=True,
+                )
+            rows.extend(got)
+    print("-" * len(head))
+    for method in methods:
+        diffs = [r.kiln - r.ort for r in rows if r.method == method]
+        if diffs:
+            print(f"{method:<10} worst {min(diffs):+6.2f} dB  mean {statistics.mean(diffs):+6.2f} dB")
+    all_diffs = [r.kiln - r.ort for r in rows]
+    if all_diffs:
+        print(f"{'all':<10} worst {min(all_diffs):+6.2f} dB  mean {statistics.mean(all_diffs):+6.2f} dB")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print one line per model and method."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -104,11 +192,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", default=STEMS, metavar="STEM")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated calibration methods")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per tool (median reported)")
+    p.add_argument("--sqnr", action="store_true", help="print hold-out SQNR (Kiln vs ort), not times")
+    p.add_argument("--zoo", type=Path, help="with --sqnr: also the zoo CNNs under this folder")
+    p.add_argument("--zoo-models", nargs="+", default=ZOO, metavar="NAME")
     args = p.parse_args(argv)
     logging.disable(logging.WARNING)
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)
+    methods = [m.strip() for m in args.methods.split(",")]
+    if args.sqnr:
+        with tempfile.TemporaryDirectory(prefix="kiln-sqnr-") as tmp:
+            cases = [shared_case(args.shared, s) for s in args.models]
+            if args.zoo is not None:
+                cases += [zoo_case(args.zoo / n, Path(tmp)) for n in args.zoo_models]
+            sqnr_table(cases, methods, Path(tmp))
+        return 0
     cols = ("kiln quant", "kiln compile", "ort", "quant/ort", "compile/ort")
     head = f"{'model':<28} {'method':<10} " + " ".join(f"{c:>12}" for c in cols)
     print(head)

@@ -152,7 +152,11 @@ def _add_quant_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quantize", choices=["int8", "fp16"], help="post-training quantization")
     g.add_argument("--calib", type=Path, metavar="DATA", help=".npz/.npy (leading sample axis), or a folder")
     g.add_argument("--calib-count", type=int, metavar="N", help="use the first N calibration samples")
-    g.add_argument("--calib-method", default="minmax", help="minmax | percentile[=99.999] | entropy | mse")
+    g.add_argument(
+        "--calib-method",
+        default="minmax",
+        help="minmax | percentile[=99.999] | entropy | entropy-ort | mse | auto",
+    )
     g.add_argument("--preprocess", help='image folders: "resize=224x224,mean=..,std=..,layout=NCHW,bgr"')
     g.add_argument("--activation-type", default="uint8", choices=["uint8", "int8"])
     g.add_argument("--per-tensor-weights", action="store_true", help="one weight scale per tensor")
@@ -166,9 +170,13 @@ def _add_quant_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scales", type=Path, metavar="FILE", help="reuse a scales.json instead of calibrating")
     g.add_argument(
         "--min-sqnr",
-        type=float,
-        metavar="DB",
-        help="send layers back to float, most sensitive first, until every output's SQNR >= DB",
+        type=_floor_flag,
+        metavar="DB|off",
+        help="int8 SQNR floor on the worst output (calibration samples and --inputs; default 25): "
+        "layers go back to float, most sensitive first, until it holds; 'off' disables it",
+    )
+    g.add_argument(
+        "--strict", action="store_true", help="fail (exit 1) when int8 misses the SQNR floor, no fallback"
     )
     g.add_argument(
         "--bias-correction", action="store_true", help="remove each layer's mean int8 error from its bias"
@@ -179,6 +187,16 @@ def _add_quant_flags(p: argparse.ArgumentParser) -> None:
         help="skip the per-layer sensitivity analysis (report.md, sensitivity.png)",
     )
     g.add_argument("--calib-runtime", default="onnxruntime", choices=["onnxruntime", "interpreter"])
+
+
+def _floor_flag(text: str) -> float | str:
+    """--min-sqnr: a number of dB, or 'off'."""
+    if text.strip().lower() == "off":
+        return "off"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of dB or 'off'") from None
 
 
 def _calib_taken_by_backend(args: argparse.Namespace) -> bool:
@@ -197,6 +215,7 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
     given += ["--keep-float"] if args.keep_float else []
     given += ["--bias-correction"] if args.bias_correction else []
     given += ["--no-sensitivity"] if args.no_sensitivity else []
+    given += ["--strict"] if args.strict else []
     if args.quantize is None:
         if args.calib is not None and _calib_taken_by_backend(args):  # e.g. MNN's GPTQ weight rounding
             given.remove("--calib")
@@ -215,7 +234,9 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
         per_channel=not args.per_tensor_weights,
         keep_float=tuple(args.keep_float),
         scales=args.scales,
-        min_sqnr=args.min_sqnr,
+        min_sqnr=None if args.min_sqnr in (None, "off") else float(args.min_sqnr),
+        floor=args.min_sqnr != "off",
+        strict=args.strict,
         bias_correction=args.bias_correction,
         calib_runtime=args.calib_runtime,
         sensitivity=not args.no_sensitivity,

@@ -91,8 +91,8 @@ ORT_CASES = [  # (ORT method, ORT extra_options, the same method in Kiln)
         {"symmetric": False, "percentile": 99.0},
         CalibMethod("percentile", percentile=99.0, symmetric_range=False),
     ),
-    (CalibrationMethod.Entropy, {}, CalibMethod("entropy")),
-    (CalibrationMethod.Entropy, {"num_bins": 512}, CalibMethod("entropy", num_bins=512)),
+    (CalibrationMethod.Entropy, {}, CalibMethod("entropy-ort")),
+    (CalibrationMethod.Entropy, {"num_bins": 512}, CalibMethod("entropy-ort", num_bins=512)),
 ]
 
 
@@ -115,17 +115,17 @@ def test_ranges_equal_onnxruntime(conv_relu, tmp_path, capsys, ort_method, extra
         assert obs.calibrated_range() == want, name
         if isinstance(obs, HistogramObserver):  # ORT's percentile keeps only the first two counts
             got = obs.histogram()
-            want_hist = (got.hist, got.edges) if method.name == "entropy" else tuple(got.hist[:2])
+            want_hist = (got.hist, got.edges) if method.name == "entropy-ort" else tuple(got.hist[:2])
             np.testing.assert_array_equal(want_hist[0], expected[name].hist)
             np.testing.assert_array_equal(want_hist[1], expected[name].bins)
 
 
-def test_entropy_defaults_are_minmax_and_streaming_differs(conv_relu) -> None:
+def test_entropy_ort_defaults_are_minmax_and_streaming_differs(conv_relu) -> None:
     """With 128 bins and 128 levels the KL search has one candidate; merged histograms grow and clip."""
     arrays = [a["c"] for a in conv_relu[1]]
     minmax = _observe(CalibMethod("minmax"), arrays).calibrated_range()
-    assert _observe(CalibMethod("entropy"), arrays).calibrated_range() == minmax
-    lo, hi = _observe(CalibMethod("entropy", streaming=True), arrays).calibrated_range()
+    assert _observe(CalibMethod("entropy-ort"), arrays).calibrated_range() == minmax
+    lo, hi = _observe(CalibMethod("entropy-ort", streaming=True), arrays).calibrated_range()
     assert minmax[0] < lo < 0 < hi < minmax[1]
 
 
@@ -150,8 +150,8 @@ def test_scale_zero_point_equal_onnxruntime(rmin, rmax, dtype, symmetric) -> Non
 
 
 ALL_METHODS = [
-    CalibMethod(n, streaming=s) for n in ("minmax", "percentile", "entropy", "mse") for s in (False, True)
-]
+    CalibMethod(n, streaming=s) for n in ("minmax", "percentile", "entropy-ort", "mse") for s in (False, True)
+] + [CalibMethod("entropy"), CalibMethod("auto")]
 
 
 @pytest.mark.parametrize(
@@ -257,6 +257,8 @@ def test_bin_counts_equal_numpy(n, lo, hi, seed, absolute) -> None:
     [
         ("minmax", "minmax", 99.999),
         (" Entropy ", "entropy", 99.999),
+        ("entropy-ORT", "entropy-ort", 99.999),
+        ("auto", "auto", 99.999),
         ("mse", "mse", 99.999),
         ("percentile", "percentile", 99.999),
         ("percentile=99.99", "percentile", 99.99),
@@ -279,6 +281,7 @@ def test_parse_calib_method(text, name, pct) -> None:
         "percentile=nan",
         "minmax=3",
         "entropy=1",
+        "auto=mse",
     ],
 )
 def test_parse_calib_method_rejects(text) -> None:
@@ -450,7 +453,7 @@ def test_observers_fast_on_pan_mnv3s() -> None:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outputs, inp = [o.name for o in sess.get_outputs()], sess.get_inputs()[0].name
     samples = np.load(MODELS / "data" / f"{stem}.calib.npz")[inp]
-    methods = [CalibMethod(n) for n in ("minmax", "percentile", "entropy", "mse")]
+    methods = [CalibMethod(n) for n in ("minmax", "percentile", "entropy", "entropy-ort", "mse")]
     observers = {m.name: {n: make_observer(m) for n in [inp, *outputs]} for m in methods}
     spent = dict.fromkeys(observers, 0.0)
     for p in range(2):

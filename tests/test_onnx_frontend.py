@@ -345,8 +345,35 @@ def test_input_shapes_conflict_with_static_dim() -> None:
         load_onnx(models.symbolic_batch(), input_shapes={"x": (1, 3, 9, 8)})
 
 
-def test_opset_too_old() -> None:
+def test_old_opset_is_upgraded() -> None:
     model = models.static_input([2])
     model.opset_import[0].version = 8
-    with pytest.raises(ConversionError, match="opset 8"):
+    graph = load_onnx(model)  # onnx.version_converter raises it to the oldest supported opset
+    assert graph.metadata["opset"] == "9"
+    assert [n.op for n in graph.nodes() if n.op == "Relu"] == ["Relu"]
+
+
+def test_opset_too_old_when_the_upgrade_changes_the_model() -> None:
+    # Scan-8 has a batch axis; version_converter's Scan-9 drops it, changing the inputs' shapes
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "x"], ["s2"]), helper.make_node("Identity", ["s2"], ["y"])],
+        "body",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("s", "x")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("s2", "y")],
+    )
+    scan = helper.make_node("Scan", ["", "init", "xs"], ["final", "ys"], num_scan_inputs=1, body=body)
+    g = helper.make_graph(
+        [scan],
+        "scan8",
+        [
+            helper.make_tensor_value_info("init", TensorProto.FLOAT, [1, 2]),
+            helper.make_tensor_value_info("xs", TensorProto.FLOAT, [1, 3, 2]),
+        ],
+        [
+            helper.make_tensor_value_info("final", TensorProto.FLOAT, [1, 2]),
+            helper.make_tensor_value_info("ys", TensorProto.FLOAT, [1, 3, 2]),
+        ],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 8)], ir_version=8)
+    with pytest.raises(ConversionError, match="opset 8 is not supported"):
         load_onnx(model)

@@ -24,10 +24,10 @@ def test_readme_matrix_is_fresh() -> None:
 def test_matrix_classes(capsys: pytest.CaptureFixture[str]) -> None:
     rows = support_matrix().rows
     assert rows["Conv"]["mnn"].status == rows["Conv"]["cann"].status == rows["Conv"]["tvm"].status == "native"
-    # LayerNormalization: MNN and CANN through the decomposition library, TVM natively
-    assert rows["LayerNormalization"]["mnn"].status == "decomposed"
-    assert "layer-norm" in rows["LayerNormalization"]["mnn"].detail
-    assert rows["LayerNormalization"]["tvm"].status == "native"
+    # LogSoftmax: MNN through the decomposition library, TVM natively
+    assert rows["LogSoftmax"]["mnn"].status == "decomposed"
+    assert "log-softmax" in rows["LogSoftmax"]["mnn"].detail
+    assert rows["LogSoftmax"]["tvm"].status == "native"
     assert rows["TopK"]["cann"].status == "refused" and "no cann lowering" in rows["TopK"]["cann"].detail
     assert main(["ops", "--json", "--backend", "mnn"]) == 0
     doc = json.loads(capsys.readouterr().out)

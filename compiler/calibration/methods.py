@@ -5,14 +5,22 @@ range ``[rmin, rmax]`` that the int8 quantizer represents:
 
 * ``minmax``: ``[min x, max x]`` over every calibration sample.
 * ``percentile[=P]``: the ``P``-th percentile of ``|x|`` (default ``P = 99.999``).
-* ``entropy``: the threshold that minimises ``KL(P || Q)`` between the
-  clipped histogram ``P`` and its ``num_quantized_bins``-level requantisation ``Q``.
+* ``entropy``: Kiln's KL-divergence search (TensorRT's): a 2048-bin histogram of ``|x|``
+  and the threshold that minimises ``KL(P || Q)`` between the clipped histogram ``P``
+  and its requantisation ``Q`` on the quantizer's levels (see
+  :mod:`compiler.calibration.entropy`).
+* ``entropy-ort``: onnxruntime's ``CalibrationMethod.Entropy`` bit for bit (128 bins,
+  128 quantized bins: a single candidate, so it returns the minmax range).
 * ``mse``: the range that minimises the expected squared quantisation error
   over the histogram (Kiln's own method).
+* ``auto``: per tensor, the candidate range of minmax, percentile, entropy and mse
+  with the least measured squared quantisation error on the calibration samples
+  (see :mod:`compiler.calibration.auto`).
 
-The defaults equal onnxruntime's ``create_calibrator`` defaults, so that a
-method reproduces ``onnxruntime.quantization.quantize_static`` with the same
-name; see :mod:`compiler.calibration.observers` for the math.
+The defaults of minmax, percentile and entropy-ort equal onnxruntime's
+``create_calibrator`` defaults, so that they reproduce
+``onnxruntime.quantization.quantize_static``; see
+:mod:`compiler.calibration.observers` for the math.
 """
 
 from __future__ import annotations
@@ -25,18 +33,23 @@ from compiler.errors import OptionError
 
 __all__ = ["CalibMethod", "MethodName", "METHOD_NAMES", "parse_calib_method"]
 
-MethodName = Literal["minmax", "percentile", "entropy", "mse"]
-METHOD_NAMES: tuple[MethodName, ...] = ("minmax", "percentile", "entropy", "mse")
+MethodName = Literal["minmax", "percentile", "entropy", "entropy-ort", "mse", "auto"]
+METHOD_NAMES: tuple[MethodName, ...] = ("minmax", "percentile", "entropy", "entropy-ort", "mse", "auto")
 
 # onnxruntime's create_calibrator defaults: num_bins per method, and whether the
 # calibrator itself makes the range symmetric (its ``symmetric`` extra option).
-_DEFAULT_BINS: dict[str, int] = {"minmax": 0, "percentile": 2048, "entropy": 128, "mse": 2048}
-_DEFAULT_SYMMETRIC_RANGE: dict[str, bool] = {
-    "minmax": False,
-    "percentile": True,
-    "entropy": False,
-    "mse": False,
+# Kiln's own methods: entropy histograms |x| (2048 bins), auto a signed [-a, a] grid (4096 bins,
+# which folds into 2048 bins of |x|).
+_DEFAULT_BINS: dict[str, int] = {
+    "minmax": 0,
+    "percentile": 2048,
+    "entropy": 2048,
+    "entropy-ort": 128,
+    "mse": 2048,
+    "auto": 4096,
 }
+_DEFAULT_SYMMETRIC_RANGE: dict[str, bool] = {"percentile": True}
+_PASSES: dict[str, int] = {"minmax": 1, "entropy": 2, "auto": 3}  # the rest: 2, or 1 streaming
 
 
 @dataclass(frozen=True)
@@ -44,10 +57,11 @@ class CalibMethod:
     """How to calibrate one activation; fields default to onnxruntime's defaults.
 
     Attributes:
-        name: ``minmax``, ``percentile``, ``entropy`` or ``mse``.
+        name: ``minmax``, ``percentile``, ``entropy``, ``entropy-ort``, ``mse`` or ``auto``.
         percentile: For ``percentile``: the kept mass ``P`` in percent, ``0 < P <= 100``.
-        num_bins: Histogram bins (``None``: 2048 for percentile and mse, 128 for entropy).
-        num_quantized_bins: For ``entropy``: levels of the candidate distribution ``Q``.
+        num_bins: Histogram bins (``None``: 2048, 128 for entropy-ort, 4096 for auto).
+        num_quantized_bins: For ``entropy-ort``: levels of the candidate distribution ``Q``
+            (Kiln's ``entropy`` takes the levels from the quantizer: see ``observers``).
         symmetric_range: onnxruntime's calibrator option ``symmetric`` (``CalibTensorRangeSymmetric``):
             the calibrated range is ``[-t, t]`` clipped to ``[min x, max x]``; for percentile the
             histogram is then of ``|x|``. ``None``: onnxruntime's default (True for percentile only).
@@ -55,7 +69,9 @@ class CalibMethod:
         streaming: False (default): histogram methods take two passes over the data and equal
             ``quantize_static``, which histograms all samples at once. True: one pass, equal to
             onnxruntime's calibrator fed one sample per ``collect_data`` call (histograms merged
-            as the range grows; minmax moving average becomes an exponential one).
+            as the range grows; minmax moving average becomes an exponential one). Kiln's
+            ``entropy`` and ``auto`` always fix their grid in a first pass (deterministic
+            merging) and refuse ``streaming``.
         moving_average: For ``minmax``: average the per-sample minima and maxima instead of
             taking the extremes (onnxruntime's ``CalibMovingAverage``).
         averaging_constant: For ``minmax`` with ``moving_average`` and ``streaming``: the
@@ -82,7 +98,11 @@ class CalibMethod:
             raise ValueError(f"num_bins must be >= 1, got {self.num_bins}")
         if self.num_quantized_bins < 2:
             raise ValueError(f"num_quantized_bins must be >= 2, got {self.num_quantized_bins}")
-        if self.name == "entropy" and self.bins // 2 < self.num_quantized_bins // 2:
+        if self.streaming and self.name in ("entropy", "auto"):
+            raise ValueError(f"{self.name} fixes its histogram grid in a first pass; no streaming mode")
+        if self.name in ("entropy", "auto") and self.bins < 256:
+            raise ValueError(f"{self.name} needs num_bins >= 256 (it searches 256 levels), got {self.bins}")
+        if self.name == "entropy-ort" and self.bins // 2 < self.num_quantized_bins // 2:
             raise ValueError(
                 f"entropy needs num_bins >= num_quantized_bins, got {self.bins} < {self.num_quantized_bins}"
             )
@@ -101,12 +121,12 @@ class CalibMethod:
         """The calibrator-level symmetric option in force (``symmetric_range`` or its default)."""
         if self.symmetric_range is not None:
             return self.symmetric_range
-        return _DEFAULT_SYMMETRIC_RANGE[self.name]
+        return _DEFAULT_SYMMETRIC_RANGE.get(self.name, False)
 
     @property
     def passes(self) -> int:
         """Passes over the calibration data an observer for this method needs."""
-        return 1 if self.name == "minmax" or self.streaming else 2
+        return _PASSES.get(self.name, 1 if self.streaming else 2)
 
     def spec(self) -> str:
         """The ``--calib-method`` text of this method (its other options do not show)."""
@@ -115,11 +135,11 @@ class CalibMethod:
         return self.name
 
 
-_USAGE = "expected minmax, percentile, percentile=P (0 < P <= 100), entropy or mse"
+_USAGE = "expected minmax, percentile, percentile=P (0 < P <= 100), entropy, entropy-ort, mse or auto"
 
 
 def parse_calib_method(text: str) -> CalibMethod:
-    """Parse the ``--calib-method`` flag: ``minmax | percentile[=P] | entropy | mse``.
+    """Parse ``--calib-method``: ``minmax | percentile[=P] | entropy | entropy-ort | mse | auto``.
 
     Names are case-insensitive and surrounding blanks are ignored; ``P`` is the
     kept percentage, e.g. ``percentile=99.99``.

@@ -12,9 +12,12 @@ represents.
   ``[-t, t]`` clipped to ``[min X, max X]``, ``t`` the left edge of the bin where the CDF of
   ``|X|`` reaches ``P/100``. Non-symmetric: signed histogram on ``[-a, a]``, cutting
   ``(100 - P)/2`` percent off each side.
-* **entropy** (128 bins, 128 quantized bins): signed histogram on ``[-a, a]``, threshold
+* **entropy-ort** (128 bins, 128 quantized bins): signed histogram on ``[-a, a]``, threshold
   minimising ``KL(P || Q)`` (see :func:`~compiler.calibration.thresholds.entropy_range`).
   With these defaults there is a single candidate and the range is exactly ``[min X, max X]``.
+  Kiln's own **entropy** (a real KL search on 2048 bins of ``|x|``) is
+  :class:`~compiler.calibration.entropy.EntropyObserver`; **auto** is
+  :class:`~compiler.calibration.auto.AutoObserver`.
 * **mse** (Kiln; 2048 bins): signed histogram on ``[-a, a]``, range minimising the expected
   squared quantisation error (see :func:`~compiler.calibration.thresholds.mse_range`).
 
@@ -208,11 +211,11 @@ class MinMaxObserver(Observer):
 
 
 class HistogramObserver(Observer):
-    """Percentile, entropy or mse over onnxruntime's histograms (two passes, or streaming)."""
+    """Percentile, entropy-ort or mse over onnxruntime's histograms (two passes, or streaming)."""
 
     def __init__(self, method: CalibMethod) -> None:
-        if method.name == "minmax":
-            raise ValueError("HistogramObserver needs percentile, entropy or mse; use MinMaxObserver")
+        if method.name not in ("percentile", "entropy-ort", "mse"):
+            raise ValueError(f"HistogramObserver needs percentile, entropy-ort or mse, got {method.name}")
         super().__init__(method)
         self._abs = method.name == "percentile" and method.calib_symmetric
         self._stream: AbsStream | SignedStream | None = None
@@ -264,14 +267,24 @@ class HistogramObserver(Observer):
         h = self.histogram()
         if m.name == "percentile":
             return percentile_range(h, m.percentile, symmetric=self._abs)
-        if m.name == "entropy":
+        if m.name == "entropy-ort":
             return entropy_range(h, m.num_quantized_bins)
         return mse_range(h, self._zeros, symmetric=symmetric or m.calib_symmetric, bits=m.bits)
 
 
 def make_observer(method: CalibMethod) -> Observer:
     """A fresh observer for ``method`` (check its ``passes``)."""
-    return MinMaxObserver(method) if method.name == "minmax" else HistogramObserver(method)
+    if method.name == "minmax":
+        return MinMaxObserver(method)
+    if method.name == "entropy":
+        from compiler.calibration.entropy import EntropyObserver
+
+        return EntropyObserver(method)
+    if method.name == "auto":
+        from compiler.calibration.auto import AutoObserver
+
+        return AutoObserver(method)
+    return HistogramObserver(method)
 
 
 def channel_minmax(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:

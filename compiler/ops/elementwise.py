@@ -31,6 +31,7 @@ __all__ = [
     "EluAttrs",
     "GeluAttrs",
     "CeluAttrs",
+    "ShrinkAttrs",
     "SeluAttrs",
     "ThresholdedReluAttrs",
     "ModAttrs",
@@ -192,6 +193,19 @@ class GeluAttrs:
 
 
 @dataclass(frozen=True)
+class ShrinkAttrs:
+    """Shrink: y = x - bias if x > lambd, x + bias if x < -lambd, else 0."""
+
+    bias: float = 0.0
+    lambd: float = 0.5
+
+
+def _shrink(x: np.ndarray, a: ShrinkAttrs) -> np.ndarray:
+    xf = x.astype(np.float64)
+    return np.where(xf > a.lambd, xf - a.bias, np.where(xf < -a.lambd, xf + a.bias, 0.0))
+
+
+@dataclass(frozen=True)
 class CeluAttrs:
     """Celu: y = max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
 
@@ -284,6 +298,16 @@ UNARY_OPS: dict[str, tuple[Callable[[np.ndarray, Any], np.ndarray], type | None,
     "Round": (lambda x, a: np.rint(x), None, "y = round(x), halves to even"),
     "Sin": (lambda x, a: np.sin(x), None, "y = sin(x)"),
     "Cos": (lambda x, a: np.cos(x), None, "y = cos(x)"),
+    "Tan": (lambda x, a: np.tan(x), None, "y = tan(x)"),
+    "Asin": (lambda x, a: np.arcsin(x), None, "y = asin(x)"),
+    "Acos": (lambda x, a: np.arccos(x), None, "y = acos(x)"),
+    "Atan": (lambda x, a: np.arctan(x), None, "y = atan(x)"),
+    "Sinh": (lambda x, a: np.sinh(x), None, "y = sinh(x)"),
+    "Cosh": (lambda x, a: np.cosh(x), None, "y = cosh(x)"),
+    "Asinh": (lambda x, a: np.arcsinh(x), None, "y = asinh(x)"),
+    "Acosh": (lambda x, a: np.arccosh(x), None, "y = acosh(x)"),
+    "Atanh": (lambda x, a: np.arctanh(x), None, "y = atanh(x)"),
+    "Shrink": (_shrink, ShrinkAttrs, "y = x - bias if x > lambd, x + bias if x < -lambd, else 0"),
     "Celu": (_celu, CeluAttrs, "y = max(0, x) + min(0, alpha*(exp(x/alpha)-1))"),
     "Selu": (_selu, SeluAttrs, "y = gamma*x if x > 0 else gamma*alpha*(exp(x)-1)"),
     "Mish": (lambda x, a: _mish(x), None, "y = x * tanh(log(1 + exp(x)))"),

@@ -1,9 +1,10 @@
-"""Linear algebra: MatMul (numpy matmul semantics) and Gemm.
+"""Linear algebra: MatMul (numpy matmul semantics), Gemm and Det.
 
 MatMul: y[..., i, j] = sum_k a[..., i, k] * b[..., k, j], batch dims broadcast; a 1-D
 ``a`` is treated as (1, K) and a 1-D ``b`` as (K, 1), and that dim is dropped again.
 Gemm: y = alpha * A' @ B' + beta * C, A' = A^T if transA, B' = B^T if transB, C
 broadcast unidirectionally to (M, N).
+Det: y[...] = det(x[..., :, :]) of square float matrices.
 """
 
 from __future__ import annotations
@@ -142,3 +143,31 @@ register(
         doc="y = alpha * op(A) @ op(B) + beta * C (C broadcasts to (M, N))",
     )
 )
+
+
+def _infer_det(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    if not t.dtype.is_float:
+        raise ctx.fail(f"input must be float, got {t.dtype.short}")
+    if t.shape is None:
+        return [TensorType(t.dtype, None)]
+    if len(t.shape) < 2 or not _same_dim(t.shape[-1], t.shape[-2]):
+        raise ctx.fail(f"input must hold square matrices, got shape {t.shape}")
+    return [TensorType(t.dtype, t.shape[:-2])]
+
+
+def _det_ref(ins: list[np.ndarray | None], a: object, n: int) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    return [np.asarray(np.linalg.det(x.astype(np.float64))).astype(x.dtype)]
+
+
+register(
+    OpDef(
+        "Det",
+        _infer_det,
+        _det_ref,
+        layout=Layout.FIXED,
+        doc="y[...] = det(x[..., :, :]) (square matrices)",
+    )
+)
+

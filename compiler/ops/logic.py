@@ -1,13 +1,15 @@
 """Comparison, boolean and variadic elementwise ops.
 
 Comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual) take two
-inputs of one dtype and give bool; Not, And, Or and Xor work on bool; Min,
-Max, Sum and Mean take 1..N inputs of one dtype. All broadcast numpy-style.
+inputs of one dtype and give bool; Not, And, Or and Xor work on bool; the
+bitwise ops and BitShift on integers; IsNaN and IsInf give bool; Min, Max,
+Sum and Mean take 1..N inputs of one dtype. All broadcast numpy-style.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
@@ -16,7 +18,7 @@ from compiler.ir.types import DType, TensorType
 from compiler.ops.registry import InferContext, Layout, NoAttrs, OpDef, register
 from compiler.ops.shapes import broadcast_all
 
-__all__ = ["COMPARE_OPS", "BOOL_OPS", "VARIADIC_OPS"]
+__all__ = ["COMPARE_OPS", "BOOL_OPS", "BITWISE_OPS", "VARIADIC_OPS", "BitShiftAttrs", "IsInfAttrs"]
 
 Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -93,6 +95,128 @@ register(
         lambda ins, a, n: [np.logical_not(_arrays(ins)[0])],
         layout=Layout.AGNOSTIC,
         doc="y = not x (bool)",
+    )
+)
+
+
+BITWISE_OPS: dict[str, tuple[Binary, str]] = {
+    "BitwiseAnd": (np.bitwise_and, "&"),
+    "BitwiseOr": (np.bitwise_or, "|"),
+    "BitwiseXor": (np.bitwise_xor, "^"),
+}
+
+
+def _infer_integer(ctx: InferContext) -> list[TensorType]:
+    if not ctx.type(0).dtype.is_integer:
+        raise ctx.fail(f"{ctx.op} needs integer inputs, got {ctx.type(0).dtype.short}")
+    return _broadcast_inputs(ctx, None)
+
+
+def _ref_same(fn: Binary) -> Callable[..., list[np.ndarray]]:
+    def ref(ins: list[np.ndarray | None], a: object, n: int) -> list[np.ndarray]:
+        x, y = _arrays(ins)
+        return [np.asarray(fn(x, y)).astype(x.dtype)]
+
+    return ref
+
+
+for _name, (_fn, _sym) in BITWISE_OPS.items():
+    register(
+        OpDef(
+            _name,
+            _infer_integer,
+            _ref_same(_fn),
+            inputs=(2, 2),
+            layout=Layout.AGNOSTIC,
+            doc=f"y = a {_sym} b (integers, numpy broadcasting)",
+        )
+    )
+
+register(
+    OpDef(
+        "BitwiseNot",
+        _infer_integer,
+        lambda ins, a, n: [np.bitwise_not(_arrays(ins)[0])],
+        layout=Layout.AGNOSTIC,
+        doc="y = ~x (integers)",
+    )
+)
+
+
+@dataclass(frozen=True)
+class BitShiftAttrs:
+    """BitShift: ``direction`` is ``LEFT`` or ``RIGHT`` (required by ONNX; unsigned integers)."""
+
+    direction: str = ""
+
+
+def _bit_shift(ins: list[np.ndarray | None], a: BitShiftAttrs, n: int) -> list[np.ndarray]:
+    x, y = _arrays(ins)
+    if a.direction not in ("LEFT", "RIGHT"):
+        raise ValueError(f"BitShift direction {a.direction!r} is neither LEFT nor RIGHT")
+    fn = np.left_shift if a.direction == "LEFT" else np.right_shift
+    return [np.asarray(fn(x, y.astype(x.dtype))).astype(x.dtype)]
+
+
+def _infer_shift(ctx: InferContext) -> list[TensorType]:
+    if ctx.attrs.direction not in ("LEFT", "RIGHT"):
+        raise ctx.fail(f"direction {ctx.attrs.direction!r} is neither LEFT nor RIGHT")
+    if ctx.type(0).dtype.name not in ("UINT8", "UINT16", "UINT32", "UINT64"):
+        raise ctx.fail(f"{ctx.type(0).dtype.short} inputs are not supported (Kiln's BitShift is unsigned)")
+    return _broadcast_inputs(ctx, None)
+
+
+register(
+    OpDef(
+        "BitShift",
+        _infer_shift,
+        _bit_shift,
+        BitShiftAttrs,
+        inputs=(2, 2),
+        layout=Layout.AGNOSTIC,
+        doc="y = x << s (LEFT) or x >> s (RIGHT) (unsigned integers, numpy broadcasting)",
+    )
+)
+
+
+@dataclass(frozen=True)
+class IsInfAttrs:
+    """IsInf: which infinities count."""
+
+    detect_negative: int = 1
+    detect_positive: int = 1
+
+
+def _is_inf(ins: list[np.ndarray | None], a: IsInfAttrs, n: int) -> list[np.ndarray]:
+    x = _arrays(ins)[0]
+    pos = np.isposinf(x) if a.detect_positive else np.zeros(x.shape, bool)
+    neg = np.isneginf(x) if a.detect_negative else np.zeros(x.shape, bool)
+    return [pos | neg]
+
+
+def _infer_float_test(ctx: InferContext) -> list[TensorType]:
+    if not ctx.type(0).dtype.is_float:
+        raise ctx.fail(f"{ctx.op} needs float inputs, got {ctx.type(0).dtype.short}")
+    return [TensorType(DType.BOOL, ctx.type(0).shape)]
+
+
+register(
+    OpDef(
+        "IsNaN",
+        _infer_float_test,
+        lambda ins, a, n: [np.isnan(_arrays(ins)[0])],
+        layout=Layout.AGNOSTIC,
+        doc="y = x is NaN (bool)",
+    )
+)
+register(
+    OpDef(
+        "IsInf",
+        _infer_float_test,
+        _is_inf,
+        IsInfAttrs,
+        layout=Layout.AGNOSTIC,
+        doc="y = x is +inf (detect_positive) or -inf (detect_negative) (bool)",
     )
 )
 

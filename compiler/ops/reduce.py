@@ -221,6 +221,27 @@ register(
 )
 
 
+def _hardmax_ref(ins: list[np.ndarray | None], a: SoftmaxAttrs, n: int) -> list[np.ndarray]:
+    x = ins[0]
+    assert x is not None
+    ax = normalize_axis(a.axis, x.ndim)
+    first_max = np.expand_dims(np.argmax(x, axis=ax), ax)
+    hot = np.arange(x.shape[ax]).reshape((-1,) + (1,) * (x.ndim - ax - 1)) == first_max
+    return [hot.astype(x.dtype)]
+
+
+register(
+    OpDef(
+        "Hardmax",
+        _infer_softmax,
+        _hardmax_ref,
+        SoftmaxAttrs,
+        layout=Layout.FIXED,
+        doc="y = 1 at the first maximum of x along axis, else 0",
+    )
+)
+
+
 def _infer_arg(ctx: InferContext) -> list[TensorType]:
     a: ArgReduceAttrs = ctx.attrs
     t = ctx.type(0)

@@ -220,7 +220,10 @@ class OpDef:
         fields = {f.name: f for f in dataclasses.fields(self.attrs)}
         unknown = sorted(set(attrs) - set(fields))
         if unknown:
-            raise AttrError(f"{self.name} '{where}': unknown attribute(s) {', '.join(unknown)}")
+            raise AttrError(
+                f"{self.name} '{where}': unknown attribute(s) {', '.join(unknown)} "
+                f"(not supported by Kiln's {self.name})"
+            )
         hints = typing.get_type_hints(self.attrs)
         kwargs = {k: _coerce(hints[k], v, f"{self.name} '{where}' attribute {k}") for k, v in attrs.items()}
         return self.attrs(**kwargs)
@@ -305,8 +308,9 @@ def infer_node_types(
 ) -> list[TensorType]:
     """Run ``opdef.infer`` for a node with the given inputs."""
     if not opdef.accepts_inputs(len(inputs)):
+        extra = " (inputs past the last are unsupported)" if 0 <= opdef.inputs[1] < len(inputs) else ""
         raise ShapeError(
-            f"{opdef.qualified} '{where}': {len(inputs)} inputs, expected {_arity(opdef.inputs)}"
+            f"{opdef.qualified} '{where}': {len(inputs)} inputs, expected {_arity(opdef.inputs)}{extra}"
         )
     if not opdef.accepts_outputs(num_outputs):
         raise ShapeError(

@@ -1,7 +1,10 @@
-"""CumSum (a prefix scan), OneHot and Trilu (index masks).
+"""CumSum and CumProd (prefix scans), OneHot, Trilu and EyeLike (index masks).
 
 CumSum: y[i] = sum_{j <= i} x[j] along ``axis`` (``j < i`` when exclusive; the
-scan runs from the back when reverse), summed in x's dtype in scan order.
+scan runs from the back when reverse), summed in x's dtype in scan order; CumProd
+(opset 26) likewise with products (an exclusive scan starts from 1).
+EyeLike: y[i, j] = 1 where j - i == k, else 0, shaped like the 2-D input, of ``dtype``
+(default: the input's).
 OneHot: y[..., d, ...] = on if indices[...] == d (mod depth) else off, with the new
 axis of size ``depth`` at ``axis``; an index outside [-depth, depth) gives an all-off row.
 Trilu: keep x[..., i, j] where j - i >= k (upper) or j - i <= k (lower), else 0.
@@ -9,6 +12,7 @@ Trilu: keep x[..., i, j] where j - i >= k (upper) or j - i <= k (lower), else 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +22,7 @@ from compiler.ops.inputs import arg, first, int_const
 from compiler.ops.registry import InferContext, OpDef, register, same_as_input
 from compiler.ops.shapes import UNKNOWN, normalize_axis
 
-__all__ = ["CumSumAttrs", "OneHotAttrs", "TriluAttrs"]
+__all__ = ["CumSumAttrs", "OneHotAttrs", "TriluAttrs", "EyeLikeAttrs"]
 
 
 @dataclass(frozen=True)
@@ -53,15 +57,46 @@ def _infer_cumsum(ctx: InferContext) -> list[TensorType]:
     return [t]
 
 
-def _ref_cumsum(ins: list[np.ndarray | None], a: CumSumAttrs, n: int) -> list[np.ndarray]:
+def _ref_scan(product: bool) -> Callable[[list[np.ndarray | None], CumSumAttrs, int], list[np.ndarray]]:
+    def ref(ins: list[np.ndarray | None], a: CumSumAttrs, n: int) -> list[np.ndarray]:
+        x = first(ins)
+        axis = normalize_axis(int(np.asarray(arg(ins, 1)).reshape(-1)[0]), x.ndim)
+        y = np.flip(x, axis) if a.reverse else x
+        s = (np.cumprod if product else np.cumsum)(y, axis=axis, dtype=x.dtype)
+        if a.exclusive:
+            head = np.full_like(np.take(s, [0], axis=axis), 1 if product else 0)
+            s = np.concatenate([head, np.take(s, np.arange(s.shape[axis] - 1), axis=axis)], axis=axis)
+        return [np.flip(s, axis) if a.reverse else s]
+
+    return ref
+
+
+@dataclass(frozen=True)
+class EyeLikeAttrs:
+    """EyeLike: the output's ONNX dtype code (None: the input's) and the diagonal offset ``k``."""
+
+    dtype: int | None = None
+    k: int = 0
+
+
+def _infer_eyelike(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    if t.rank is not None and t.rank != 2:
+        raise ctx.fail(f"input must have rank 2, got {t.rank}")
+    code = ctx.attrs.dtype
+    try:
+        dtype = t.dtype if code is None else DType(code)
+    except ValueError:
+        raise ctx.fail(f"unsupported dtype code {code}") from None
+    if dtype in (DType.STRING, DType.BFLOAT16):
+        raise ctx.fail(f"{dtype.short} outputs are not supported")
+    return [t.with_shape(t.shape) if dtype is t.dtype else TensorType(dtype, t.shape)]
+
+
+def _ref_eyelike(ins: list[np.ndarray | None], a: EyeLikeAttrs, n: int) -> list[np.ndarray]:
     x = first(ins)
-    axis = normalize_axis(int(np.asarray(arg(ins, 1)).reshape(-1)[0]), x.ndim)
-    y = np.flip(x, axis) if a.reverse else x
-    s = np.cumsum(y, axis=axis, dtype=x.dtype)
-    if a.exclusive:
-        head = np.zeros_like(np.take(s, [0], axis=axis))
-        s = np.concatenate([head, np.take(s, np.arange(s.shape[axis] - 1), axis=axis)], axis=axis)
-    return [np.flip(s, axis) if a.reverse else s]
+    dtype = x.dtype if a.dtype is None else DType(a.dtype).numpy
+    return [np.eye(x.shape[0], x.shape[1], k=a.k, dtype=dtype)]
 
 
 def _infer_onehot(ctx: InferContext) -> list[TensorType]:
@@ -115,10 +150,30 @@ register(
     OpDef(
         "CumSum",
         _infer_cumsum,
-        _ref_cumsum,
+        _ref_scan(product=False),
         CumSumAttrs,
         inputs=(2, 2),
         doc="y[i] = sum of x[j] along axis for j <= i (j < i: exclusive; from the back: reverse)",
+    )
+)
+register(
+    OpDef(
+        "CumProd",
+        _infer_cumsum,
+        _ref_scan(product=True),
+        CumSumAttrs,
+        inputs=(2, 2),
+        min_opset=26,
+        doc="y[i] = product of x[j] along axis for j <= i (j < i: exclusive; from the back: reverse)",
+    )
+)
+register(
+    OpDef(
+        "EyeLike",
+        _infer_eyelike,
+        _ref_eyelike,
+        EyeLikeAttrs,
+        doc="y[i, j] = 1 if j - i == k else 0, shaped like the 2-D input, of dtype (default: x's)",
     )
 )
 register(

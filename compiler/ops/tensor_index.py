@@ -1,4 +1,9 @@
-"""Index-driven ops: Gather, GatherElements, TopK and NonZero.
+"""Index-driven ops: Gather, GatherElements, TopK, NonZero, Compress and ReverseSequence.
+
+Compress: the slices of x along ``axis`` (of the flattened x when None) where the 1-D
+condition is true (a condition shorter than the axis counts as false past its end).
+ReverseSequence: y[b, :len[b]] = x[b, len[b]-1::-1] along ``time_axis`` for each index b of
+``batch_axis``; the rest of each sequence is copied.
 
 Indices may be negative (counted from the back of the axis); out-of-range
 indices make the reference raise ``IndexError``.
@@ -15,7 +20,7 @@ from compiler.ops.inputs import arg, first, int_const
 from compiler.ops.registry import InferContext, OpDef, QuantPolicy, register
 from compiler.ops.shapes import UNKNOWN, normalize_axis
 
-__all__ = ["GatherAttrs", "TopKAttrs", "topk"]
+__all__ = ["GatherAttrs", "TopKAttrs", "CompressAttrs", "ReverseSequenceAttrs", "topk"]
 
 _INDEX_DTYPES = (DType.INT32, DType.INT64)
 
@@ -184,3 +189,86 @@ register(
         doc="y[:, j] = index of the j-th non-zero of x in row-major order (int64 [rank, nnz])",
     )
 )
+
+
+# ---------------------------------------------------------------- Compress
+@dataclass(frozen=True)
+class CompressAttrs:
+    """Compress along ``axis`` (None: of the flattened input)."""
+
+    axis: int | None = None
+
+
+def _infer_compress(ctx: InferContext) -> list[TensorType]:
+    t, cond = ctx.type(0), ctx.type(1)
+    if cond.dtype is not DType.BOOL or (cond.rank is not None and cond.rank != 1):
+        raise ctx.fail(f"condition must be a 1-D bool tensor, got {cond}")
+    c = ctx.const(1)
+    kept = int(np.count_nonzero(c)) if c is not None else UNKNOWN
+    if ctx.attrs.axis is None:
+        return [t.with_shape((kept,))]
+    if t.shape is None:
+        return [t]
+    try:
+        axis = normalize_axis(ctx.attrs.axis, len(t.shape), "axis")
+    except ValueError as exc:
+        raise ctx.fail(str(exc)) from None
+    return [t.with_shape((*t.shape[:axis], kept, *t.shape[axis + 1 :]))]
+
+
+def _ref_compress(ins: list[np.ndarray | None], a: CompressAttrs, n: int) -> list[np.ndarray]:
+    x, cond = first(ins), np.asarray(arg(ins, 1)).astype(bool)
+    return [np.compress(cond, x, axis=a.axis)]
+
+
+register(
+    OpDef(
+        "Compress",
+        _infer_compress,
+        _ref_compress,
+        CompressAttrs,
+        inputs=(2, 2),
+        doc="y = the slices of x along axis (flattened x: None) where the 1-D condition is true",
+    )
+)
+
+
+# ---------------------------------------------------------------- ReverseSequence
+@dataclass(frozen=True)
+class ReverseSequenceAttrs:
+    """ReverseSequence: which of the first two axes is the batch and which the time axis."""
+
+    batch_axis: int = 1
+    time_axis: int = 0
+
+
+def _infer_reverse_sequence(ctx: InferContext) -> list[TensorType]:
+    t, lens = ctx.type(0), ctx.type(1)
+    if sorted((ctx.attrs.batch_axis, ctx.attrs.time_axis)) != [0, 1]:
+        raise ctx.fail("batch_axis and time_axis must be 0 and 1")
+    if t.rank is not None and t.rank < 2:
+        raise ctx.fail(f"input must have rank >= 2, got {t.rank}")
+    if lens.dtype is not DType.INT64 or (lens.rank is not None and lens.rank != 1):
+        raise ctx.fail(f"sequence_lens must be a 1-D int64 tensor, got {lens}")
+    return [t]
+
+
+def _ref_reverse_sequence(ins: list[np.ndarray | None], a: ReverseSequenceAttrs, n: int) -> list[np.ndarray]:
+    x, lens = first(ins), np.asarray(arg(ins, 1))
+    y = np.moveaxis(x, (a.batch_axis, a.time_axis), (0, 1)).copy()
+    for b, length in enumerate(lens.reshape(-1)):
+        y[b, : int(length)] = y[b, : int(length)][::-1]
+    return [np.moveaxis(y, (0, 1), (a.batch_axis, a.time_axis))]
+
+
+register(
+    OpDef(
+        "ReverseSequence",
+        _infer_reverse_sequence,
+        _ref_reverse_sequence,
+        ReverseSequenceAttrs,
+        inputs=(2, 2),
+        doc="y[b, :len[b]] = x[b, :len[b]] reversed along time_axis, for each b of batch_axis",
+    )
+)
+

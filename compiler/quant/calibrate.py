@@ -4,17 +4,31 @@ The graph runs in onnxruntime (every observed value exported as an extra
 output) or in Kiln's interpreter; each observed value feeds its own observer,
 whose range (rmin, rmax) becomes that activation's quantization range.
 
-Histogram methods (percentile, entropy, mse) take two passes over the same
-samples (the first fixes each histogram's grid from the global extremes, as
-onnxruntime's ``quantize_static`` does). The first pass keeps the observed
-arrays of as many samples as fit in ``CACHE_BYTES``; the second pass replays
-those and runs the model again only for the rest.
+Histogram methods (percentile, entropy, entropy-ort, mse) take two passes over
+the same samples (the first fixes each histogram's grid from the global extremes,
+as onnxruntime's ``quantize_static`` does), ``auto`` three.
+
+**Memory.** Calibration streams: each pass takes one sample at a time from
+``samples`` (a lazy :class:`~compiler.calibration.dataset.CalibrationSet` reads it
+from disk then), runs the model, feeds every observer and drops the arrays. What
+stays is per tensor and fixed in size (extremes, a histogram of ``num_bins``), so
+the peak memory does not grow with the number of samples. ``cache_bytes > 0``
+keeps the first pass's observed arrays up to that many bytes, to replay them
+instead of running the model again (faster; memory then grows with the samples
+up to the cap). The peak of the passes (sample reading, model outputs, observers
+and the range searches; not building the session) is measured with
+:mod:`tracemalloc` (numpy buffers and Python objects, not onnxruntime's own
+arena) and reported as :attr:`CalibrationResult.peak_bytes`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import tracemalloc
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -23,13 +37,50 @@ from compiler.calibration.observers import Observer, make_observer
 from compiler.calibration.progress import Progress
 from compiler.ir.graph import Graph, Value
 
-__all__ = ["calibrate", "graph_runner", "GraphRunner", "CACHE_BYTES"]
+__all__ = [
+    "calibrate",
+    "calibrate_stream",
+    "CalibrationResult",
+    "SampleSource",
+    "graph_runner",
+    "GraphRunner",
+    "CACHE_BYTES",
+]
 
 log = logging.getLogger(__name__)
 
 GraphRunner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
-CACHE_BYTES = 1 << 30  # observed arrays kept between passes; past this the model runs again
+CACHE_BYTES = 0  # observed arrays kept between passes (0: stream; the model runs every pass)
+
+
+class SampleSource(Protocol):
+    """Re-iterable calibration feeds with a length (a list, or a lazy ``CalibrationSet``)."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Mapping[str, np.ndarray]]: ...
+
+
+@dataclass
+class CalibrationResult:
+    """What calibration measured: ranges, the peak traced memory, and auto's choices.
+
+    Attributes:
+        ranges: ``(rmin, rmax)`` per observed value.
+        peak_bytes: Peak :mod:`tracemalloc` memory of the calibration step above what was
+            allocated when it started (0 when not measured).
+        samples: Samples seen per pass.
+        choices: For ``auto``: the method chosen per value.
+    """
+
+    ranges: dict[str, tuple[float, float]]
+    peak_bytes: int = 0
+    samples: int = 0
+    choices: dict[str, str] = field(default_factory=dict)
+
+    def choice_counts(self) -> dict[str, int]:
+        """How many values each method won (``auto``), in name order."""
+        return dict(sorted(Counter(self.choices.values()).items()))
 
 
 def graph_runner(graph: Graph, names: Sequence[str], runtime: str = "onnxruntime") -> GraphRunner:
@@ -78,7 +129,7 @@ def graph_runner(graph: Graph, names: Sequence[str], runtime: str = "onnxruntime
 def calibrate(
     graph: Graph,
     names: Sequence[str],
-    samples: Sequence[Mapping[str, np.ndarray]],
+    samples: SampleSource,
     method: CalibMethod,
     *,
     symmetric: bool,
@@ -88,46 +139,114 @@ def calibrate(
 ) -> dict[str, tuple[float, float]]:
     """Observe ``names`` over ``samples``; returns the calibrated (rmin, rmax) per value.
 
+    The ranges of :func:`calibrate_stream` (without measuring memory).
+    """
+    return calibrate_stream(
+        graph,
+        names,
+        samples,
+        method,
+        symmetric=symmetric,
+        runtime=runtime,
+        progress=progress,
+        cache_bytes=cache_bytes,
+        measure_memory=False,
+    ).ranges
+
+
+def calibrate_stream(
+    graph: Graph,
+    names: Sequence[str],
+    samples: SampleSource,
+    method: CalibMethod,
+    *,
+    symmetric: bool,
+    runtime: str = "onnxruntime",
+    progress: bool = True,
+    cache_bytes: int = CACHE_BYTES,
+    measure_memory: bool = True,
+) -> CalibrationResult:
+    """Observe ``names`` over ``samples``, one sample at a time; ranges and peak memory.
+
     Args:
         graph: The float graph to run.
         names: The values to observe.
-        samples: Feed dicts, one per calibration sample.
+        samples: Feed dicts, one per calibration sample, iterated once per pass.
         method: The calibration method (its ``passes`` decide how often the samples are seen).
         symmetric: The quantizer is symmetric (int8 activations).
         runtime: ``onnxruntime`` or ``interpreter``.
         progress: Draw a progress bar on stderr.
         cache_bytes: Memory for the observed arrays between passes (0: run the model every pass).
+        measure_memory: Trace allocations (:mod:`tracemalloc`) to report the peak.
     """
-    if not samples:
+    count = len(samples)
+    if not count:
         raise ValueError("calibration needs at least one sample")
     run = graph_runner(graph, names, runtime)
     observers = {n: make_observer(method) for n in names}
-    passes = method.passes
+    started = measure_memory and not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0] if measure_memory else 0
+    try:
+        ranges, choices = _passes(run, observers, samples, method, symmetric, progress, cache_bytes)
+        peak = max(tracemalloc.get_traced_memory()[1] - base, 0) if measure_memory else 0
+    finally:
+        if started:
+            tracemalloc.stop()
+    if choices:
+        log.info("calibration auto: %s", dict(sorted(Counter(choices.values()).items())))
+    return CalibrationResult(ranges, peak, count, choices)
+
+
+def _passes(
+    run: GraphRunner,
+    observers: Mapping[str, Observer],
+    samples: SampleSource,
+    method: CalibMethod,
+    symmetric: bool,
+    progress: bool,
+    cache_bytes: int,
+) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+    passes, count = method.passes, len(samples)
     cache: list[dict[str, np.ndarray] | None] = []  # pass 1's arrays per sample, while they fit
     used = 0
     label = f"calibrating ({method.name})"
-    with Progress(len(samples) * passes, label, enabled=progress) as bar:
+    with Progress(count * passes, label, enabled=progress) as bar:
         for p in range(passes):
             if p:
                 for obs in observers.values():
                     obs.next_pass()
+            seen = 0
             for i, feeds in enumerate(samples):
-                outs = cache[i] if p else None
-                if not outs:
+                outs = cache[i] if p and cache[i] else None
+                if outs is None:
                     outs = {
                         n: np.asarray(v, dtype=np.float32) for n, v in run(feeds).items() if n in observers
                     }
                 _observe(observers, outs)
                 if p == 0 and passes > 1:
-                    used += sum(a.nbytes for a in outs.values())
-                    cache.append(outs if used <= cache_bytes else None)
-                elif p and cache[i] is not None:
-                    cache[i] = {}  # release the arrays; {} still records that they were cached
+                    used += sum(a.nbytes for a in outs.values()) if cache_bytes else 0
+                    cache.append(outs if cache_bytes and used <= cache_bytes else None)
+                elif p and p == passes - 1 and cache[i] is not None:
+                    cache[i] = {}  # release the arrays
+                del outs, feeds
+                seen += 1
                 bar.step()
+            if seen != count:
+                raise ValueError(f"calibration samples: pass {p + 1} saw {seen}, expected {count}")
     rerun = sum(c is None for c in cache)
-    if rerun:
-        log.info("calibration: %d of %d samples ran twice (cache %d bytes)", rerun, len(samples), cache_bytes)
-    return {n: observers[n].range(symmetric=symmetric) for n in names}
+    if rerun and cache_bytes:
+        log.info("calibration: %d of %d samples ran again (cache %d bytes)", rerun, count, cache_bytes)
+    ranges = {n: o.range(symmetric=symmetric) for n, o in observers.items()}
+    choices: dict[str, str] = {}
+    if method.name == "auto":
+        from compiler.calibration.auto import AutoObserver
+
+        choices = {
+            n: o.choice(symmetric=symmetric) for n, o in observers.items() if isinstance(o, AutoObserver)
+        }
+    return ranges, choices
 
 
 def _observe(observers: Mapping[str, Observer], outs: Mapping[str, np.ndarray]) -> None:

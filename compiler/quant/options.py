@@ -9,14 +9,23 @@ from typing import Any
 from compiler.errors import OptionError
 from compiler.ir.types import DType
 
-__all__ = ["QuantOptions", "QUANT_MODES"]
+__all__ = ["QuantOptions", "QUANT_MODES", "DEFAULT_MIN_SQNR"]
 
 QUANT_MODES = ("int8", "fp16")
+DEFAULT_MIN_SQNR = 25.0
+"""The worst-output SQNR floor (dB) that int8 must meet when ``--min-sqnr`` is not given."""
 
 
 @dataclass(frozen=True)
 class QuantOptions:
-    """How to quantize. ``activation_dtype`` uint8 is asymmetric, int8 symmetric."""
+    """How to quantize. ``activation_dtype`` uint8 is asymmetric, int8 symmetric.
+
+    The SQNR floor (:attr:`floor_db`): ``min_sqnr`` is an explicit ``--min-sqnr DB``; without it
+    the floor is :data:`DEFAULT_MIN_SQNR`; ``floor=False`` (``--min-sqnr off``) turns it off.
+    ``strict``: a model that misses the floor in int8 fails (exit 1) instead of falling back.
+    ``policy_rules``: the registry's pattern-level rules keep LayerNorm/GELU chains, residual adds
+    and Softmax inputs float (off only to measure what they buy).
+    """
 
     mode: str = "int8"
     calib: Path | None = None
@@ -31,6 +40,9 @@ class QuantOptions:
     bias_correction: bool = False
     calib_runtime: str = "onnxruntime"
     sensitivity: bool = True
+    floor: bool = True
+    strict: bool = False
+    policy_rules: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in QUANT_MODES:
@@ -41,6 +53,19 @@ class QuantOptions:
             raise OptionError(f"--calib-runtime {self.calib_runtime!r}: choose onnxruntime or interpreter")
         if self.calib_count is not None and self.calib_count < 1:
             raise OptionError(f"--calib-count {self.calib_count}: must be >= 1")
+        if self.min_sqnr is not None and not self.floor:
+            raise OptionError("--min-sqnr: give a floor in dB or 'off', not both")
+        if self.strict and not self.floor:
+            raise OptionError(
+                "--strict fails on a missed SQNR floor; it does not combine with --min-sqnr off"
+            )
+
+    @property
+    def floor_db(self) -> float | None:
+        """The worst-output SQNR floor in dB (None: off)."""
+        if not self.floor:
+            return None
+        return self.min_sqnr if self.min_sqnr is not None else DEFAULT_MIN_SQNR
 
     @property
     def act_dtype(self) -> DType:
@@ -64,6 +89,8 @@ class QuantOptions:
             "per_channel": self.per_channel,
             "keep_float": list(self.keep_float),
             "scales": self.scales.name if self.scales else None,
-            "min_sqnr": self.min_sqnr,
+            "min_sqnr": self.floor_db,
+            "min_sqnr_default": self.floor and self.min_sqnr is None,
+            "strict": self.strict,
             "bias_correction": self.bias_correction,
         }

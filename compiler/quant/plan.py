@@ -5,6 +5,11 @@ get int8 weights and quantized activations; ACTIVATION ops get quantized inputs
 and outputs; PASSTHROUGH ops (``carried``) keep their input's scale, and their outputs
 stay on that grid when the input is quantized; everything else stays float.
 ``--keep-float`` patterns (node name, op type, or a regex on the name) opt out.
+
+Pattern-level policy (:mod:`compiler.ops.quant_rules`): an ACTIVATION op that a registered rule
+recognises (the elementwise ops of a decomposed LayerNorm or a GELU chain, a transformer block's
+residual Add, the input of a Softmax) stays float; the plan lists it in ``by_rule`` with the
+rule's name, so that a measurement may still admit it (see :mod:`compiler.quant.quantize`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from compiler.ir.graph import Graph, Node, Value
+from compiler.ops.quant_rules import float_by_rule
 from compiler.ops.registry import QuantPolicy, QuantSpec, get_op
 
 __all__ = ["QuantPlan", "make_plan", "node_label", "activation_ports", "keep_float_match"]
@@ -28,6 +34,7 @@ class QuantPlan:
     that no DequantizeLinear output reaches a graph output or a float op through them.
     ``float_tail``: ops past the last weighted layer stay float, and a quantized node whose
     output only float ops read dequantizes in its epilogue (no 8-bit rounding of that output).
+    ``by_rule``: nodes the pattern-level policy kept float (node id -> rule name), plan order.
     """
 
     nodes: list[int] = field(default_factory=list)
@@ -35,6 +42,7 @@ class QuantPlan:
     skipped: dict[str, str] = field(default_factory=dict)
     carried: list[int] = field(default_factory=list)
     float_tail: bool = False
+    by_rule: dict[int, str] = field(default_factory=dict)
 
 
 def node_label(node: Node) -> str:
@@ -111,15 +119,24 @@ def feeds_weighted(graph: Graph) -> set[int]:
     return reach
 
 
-def make_plan(graph: Graph, keep_float: Sequence[str] = (), *, float_tail: bool = False) -> QuantPlan:
+def make_plan(
+    graph: Graph,
+    keep_float: Sequence[str] = (),
+    *,
+    float_tail: bool = False,
+    policy_rules: bool = True,
+    admit: Sequence[int] = (),
+) -> QuantPlan:
     """Decide the quantized nodes and the activation values to calibrate.
 
     With ``float_tail`` (the driver's choice), non-weighted ops after the last
-    weighted layer stay float (see :func:`feeds_weighted`).
+    weighted layer stay float (see :func:`feeds_weighted`). ``policy_rules`` applies the
+    pattern-level rules; ``admit`` lists node ids that a measurement re-admitted to int8.
     """
     plan = QuantPlan(float_tail=float_tail)
     observe: dict[str, None] = {}
     upstream = feeds_weighted(graph) if float_tail else None
+    rules = float_by_rule(graph) if policy_rules else {}
     for node in graph.ops():
         policy = get_op(node.op, node.domain).quant
         if upstream is not None and policy != QuantPolicy.WEIGHTED and node.id not in upstream:
@@ -142,15 +159,20 @@ def make_plan(graph: Graph, keep_float: Sequence[str] = (), *, float_tail: bool 
         if pat is not None:
             plan.skipped[node_label(node)] = f"kept float by --keep-float {pat!r}"
             continue
+        observe.update(dict.fromkeys(_activations(node, graph)))  # rule-float ones too: admittable
+        rule = rules.get(node.id)
+        if rule is not None and policy != QuantPolicy.WEIGHTED:
+            plan.by_rule[node.id] = rule.name
+            if node.id not in admit:
+                plan.skipped[node_label(node)] = rule.why()
+                continue
         plan.nodes.append(node.id)
-        ins = graph.inputs_of(node)
-        for p in activation_ports(node, graph):
-            v = ins[p]
-            assert v is not None
-            if v.const is None:
-                observe[v.name] = None
-        for v in graph.outputs_of(node):
-            if v.type.dtype.is_float:
-                observe[v.name] = None
     plan.observe = list(observe)
     return plan
+
+
+def _activations(node: Node, graph: Graph) -> list[str]:
+    """Names of the non-constant activation inputs and float outputs of a planned node."""
+    ins = graph.inputs_of(node)
+    names = [v.name for p in activation_ports(node, graph) if (v := ins[p]) is not None and v.const is None]
+    return names + [v.name for v in graph.outputs_of(node) if v.type.dtype.is_float]

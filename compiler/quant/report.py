@@ -1,10 +1,10 @@
 """The quantization report: ``report.md`` (tables) and ``sensitivity.png`` (a bar chart).
 
 report.md lists the settings (calibration method and sample count, evaluation samples,
-bias correction, ``--min-sqnr``), the per-output SQNR and cosine of the all-int8 model and
-of the emitted one, the layers sent back to float, and one row per planned layer with its
-single-layer scores (see :mod:`compiler.quant.sensitivity` for the math). The chart draws
-each layer's single-layer SQNR of its worst output (the quantity ``--min-sqnr`` bounds),
+bias correction, the pattern-level policy, the SQNR floor), the per-output SQNR and cosine of
+the all-int8 model and of the emitted one, the layers sent back to float, and one row per planned
+layer with its single-layer scores (see :mod:`compiler.quant.sensitivity` for the math). The
+chart draws each layer's single-layer SQNR of its worst output (the quantity ``--min-sqnr`` bounds),
 layers sent back to float in orange, and the threshold as a red vertical line.
 Numbers are printed with fixed precision, so both files are byte-identical across runs.
 """
@@ -54,10 +54,12 @@ def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
     weights = "per channel" if q.per_channel else "per tensor"
     lines += [
         f"- calibration: {q.calib_method}, {len(outcome.samples)} sample(s) from `{calib}`",
+        f"- calibration peak memory: {outcome.calibration.get('peak_memory_mib', 0)} MiB (tracemalloc)",
         f"- evaluation: the first {sens.samples} calibration sample(s), against the float graph",
         f"- activations {q.activation_dtype}, int8 weights {weights}",
         f"- bias correction: {_bias_line(outcome) if q.bias_correction else 'off'}",
         f"- planned layers: {len(sens.layers)}; in int8: {len(sens.layers) - len(float_set)}",
+        f"- policy: {_policy_line(outcome)}",
         "",
         "SQNR = 10 log10(sum y^2 / sum (y_q - y)^2) over the evaluation samples (dB); cosine of y_q and y.",
         "",
@@ -72,17 +74,21 @@ def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
         lines.append(
             f"| {_cell(name)} | {_db(s.sqnr_db)} | {_cos(s.cosine)} | {_db(f.sqnr_db)} | {_cos(f.cosine)} |"
         )
-    lines += ["", "## Mixed precision", ""]
+    lines += ["", "## SQNR floor and mixed precision", ""]
+    floor = outcome.floor
+    where = "the evaluation samples" + (" and `--inputs`" if fb is not None and fb.holdout_before else "")
+    kind = "default floor" if floor.get("default") else "floor"
     if fb is None:
-        lines.append("No `--min-sqnr` target: every planned layer is int8.")
+        lines.append("SQNR floor off (`--min-sqnr off`): every planned layer is int8.")
     elif not fb.float_layers:
         lines.append(
-            f"Target {fb.target_db:g} dB on the worst output: met at full int8 "
+            f"{kind.capitalize()} {fb.target_db:g} dB on the worst output, on {where}: met at full int8 "
             f"({_db(fb.worst_db)} dB); no layer sent back to float."
         )
     else:
         lines.append(
-            f"Target {fb.target_db:g} dB on the worst output: {len(fb.float_layers)} layer(s) sent back "
+            f"{kind.capitalize()} {fb.target_db:g} dB on the worst output, on {where}: missed at full "
+            f"int8 ({_db(fb.worst_before_db)} dB); {len(fb.float_layers)} layer(s) sent back "
             f"to float, most sensitive first; worst output now {_db(fb.worst_db)} dB "
             f"({fb.evaluations} model evaluations)."
         )
@@ -107,6 +113,17 @@ def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
     return "\n".join(lines)
 
 
+def _policy_line(outcome: QuantOutcome) -> str:
+    by_rule = outcome.plan.by_rule
+    if not by_rule:
+        return "no pattern-level rule matched"
+    counts: dict[str, int] = {}
+    for name in by_rule.values():
+        counts[name] = counts.get(name, 0) + 1
+    listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return f"kept float by rule: {listed}; admitted to int8 by measurement: {len(outcome.admitted)}"
+
+
 def _bias_line(outcome: QuantOutcome) -> str:
     s = outcome.bias_summary
     return f"on, {s.get('layers', 0)} layer(s) corrected, largest shift {s.get('max_abs_shift', 0.0)}"
@@ -118,7 +135,7 @@ def chart_png(outcome: QuantOutcome, q: QuantOptions) -> bytes:
     assert sens is not None
     float_set = set(outcome.fallback.float_nodes) if outcome.fallback is not None else set()
     bars = [Bar(lay.name, round(lay.worst_sqnr, 4), lay.node in float_set) for lay in sens.layers]
-    return encode_png(bar_chart(bars, threshold=q.min_sqnr))
+    return encode_png(bar_chart(bars, threshold=q.floor_db))
 
 
 def write_report(out_dir: Path, outcome: QuantOutcome, q: QuantOptions, model_name: str) -> list[str]:

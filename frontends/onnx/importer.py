@@ -85,14 +85,17 @@ class OnnxImporter:
         for imp in self.model.opset_import:
             dom = DEFAULT_DOMAIN if imp.domain in ("", "ai.onnx") else imp.domain
             opsets[dom] = int(imp.version)
-        if DEFAULT_DOMAIN not in opsets:
-            raise ModelFileError(f"{self.source}: the model imports no default-domain (ai.onnx) opset")
-        if opsets[DEFAULT_DOMAIN] < MIN_OPSET:
+        if opsets.get(DEFAULT_DOMAIN, MIN_OPSET) < MIN_OPSET:
             raise ConversionError(
-                f"{self.source}: default-domain opset {opsets[DEFAULT_DOMAIN]} is older than the oldest "
-                f"supported ({MIN_OPSET}); upgrade it with onnx.version_converter first"
+                f"{self.source}: default-domain opset {opsets[DEFAULT_DOMAIN]} is not supported (the oldest "
+                f"supported is {MIN_OPSET}) and onnx.version_converter cannot upgrade it faithfully"
             )
         return opsets
+
+    def _check_default_opset(self) -> None:
+        """A model without a default-domain opset (checked after the scan, which names its ops)."""
+        if DEFAULT_DOMAIN not in self.opsets:
+            raise ModelFileError(f"{self.source}: the model imports no default-domain (ai.onnx) opset")
 
     def _set_metadata(self) -> None:
         m = self.model
@@ -132,6 +135,7 @@ class OnnxImporter:
     def run(self) -> Graph:
         """Convert the whole model."""
         self.check_supported()
+        self._check_default_opset()
         self._set_metadata()
         g = self.model.graph
         init_names = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import onnx
 import onnx.inliner
+import onnx.version_converter
 from google.protobuf.message import DecodeError
 
 from compiler.errors import ModelFileError
 from compiler.ir.graph import Graph
-from frontends.onnx.importer import OnnxImporter
+from frontends.onnx.functions import expand_functions
+from frontends.onnx.importer import MIN_OPSET, OnnxImporter
 
 __all__ = ["load_onnx", "read_onnx_model", "MIN_IR_VERSION", "MAX_IR_VERSION"]
 
@@ -92,4 +94,28 @@ def load_onnx(
         model = read_onnx_model(source)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
+    model = expand_functions(_upgraded(model, name), name)
     return OnnxImporter(model, name, input_shapes or {}).run()
+
+
+def _upgraded(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """``model`` raised to default-domain opset :data:`MIN_OPSET` by onnx.version_converter when it
+    is older (unchanged when it is not, or when the converter fails: the importer then refuses it)."""
+    opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or opset >= MIN_OPSET:
+        return model
+    try:
+        upgraded = onnx.version_converter.convert_version(model, MIN_OPSET)
+    except Exception as exc:  # noqa: BLE001 - any converter failure: the importer's refusal stands
+        logger.info("%s: onnx.version_converter cannot raise opset %d: %s", source, opset, exc)
+        return model
+    if _signature(upgraded) != _signature(model):  # Scan-8 -> 9 drops the batch axis: not the same model
+        logger.info("%s: onnx.version_converter changes the graph's inputs or outputs; not used", source)
+        return model
+    logger.info("%s: opset %d raised to %d by onnx.version_converter", source, opset, MIN_OPSET)
+    return upgraded
+
+
+def _signature(model: onnx.ModelProto) -> list[bytes]:
+    g = model.graph
+    return [vi.SerializeToString(deterministic=True) for vi in (*g.input, *g.output)]

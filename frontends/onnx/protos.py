@@ -128,7 +128,9 @@ def type_of_value_info(vi: onnx.ValueInfoProto, where: str) -> TensorType:
     """The TensorType of a graph input; unknown dims get the symbol ``<name>_d<axis>``."""
     t = vi.type
     if t.WhichOneof("value") != "tensor_type":
-        raise ConversionError(f"{where}: {vi.name!r} is not a tensor ({t.WhichOneof('value')})")
+        raise ConversionError(
+            f"{where}: {vi.name!r} is not a tensor ({t.WhichOneof('value')} values are not supported)"
+        )
     tt = t.tensor_type
     dtype = dtype_of(tt.elem_type, f"{where} {vi.name!r}")
     if not tt.HasField("shape"):

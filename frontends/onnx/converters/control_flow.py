@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import onnx
 
 from compiler.errors import ConversionError
 from compiler.ir.graph import Graph, GraphError, Value
+from compiler.ir.subgraphs import inline_graph
 from compiler.ir.types import DType, TensorType
 from compiler.ops.control_flow import IfAttrs, LoopAttrs, ScanAttrs, scan_layout, union_type
 from compiler.ops.registry import ShapeError
@@ -75,11 +77,43 @@ def if_(ctx: NodeContext) -> list[Value]:
     branches = [ctx.pop("then_branch"), ctx.pop("else_branch")]
     if any(not isinstance(b, onnx.GraphProto) for b in branches):
         raise ctx.fail("then_branch and else_branch must be graph attributes")
-    caps = ctx.scope.captures(branches)
     labels = ("then_branch", "else_branch")
+    cond = ctx.const(0)
+    if cond is not None and cond.size == 1:  # only the taken branch: the other may not even type-check
+        return _taken_branch(ctx, branches, labels, bool(np.asarray(cond).reshape(-1)[0]))
+    caps = ctx.scope.captures(branches)
     then_g, else_g = (ctx.scope.subgraph(p, [], caps, nm) for p, nm in zip(branches, labels, strict=True))
     attrs = IfAttrs(then_g, else_g, captures=len(caps))
     return _emit(ctx, "If", [ctx.require(0), *(v for _, v in caps)], attrs, len(branches[0].output))
+
+
+def _taken_branch(
+    ctx: NodeContext, branches: list[onnx.GraphProto], labels: tuple[str, str], taken: bool
+) -> list[Value]:
+    """An If with a constant condition: its taken branch inlined, each output an Identity of the
+    ONNX output's name (AffineGrid's function body splits its size 4 or 5 ways, by its rank)."""
+    i = 0 if taken else 1
+    caps = ctx.scope.captures([branches[i]])
+    sub = ctx.scope.subgraph(branches[i], [], caps, labels[i])
+    try:
+        outs = inline_graph(ctx.graph, sub, [v for _, v in caps], scope=f"{ctx.name}/" if ctx.name else "")
+    except (ShapeError, GraphError, ValueError) as exc:
+        raise ctx.fail(f"If conversion failed: {exc}") from exc
+    from compiler.ops.registry import get_op
+
+    names = ctx._output_names("If", len(outs), True)
+    result = []
+    for j, (v, name) in enumerate(zip(outs, names, strict=True)):
+        if v.const is not None:
+            result.append(ctx.graph.add_constant(v.const, name=name))
+            continue
+        node_name = f"{ctx.name}/out{j}" if ctx.name else ""
+        attrs = get_op("Identity").make_attrs(None)
+        node = ctx.graph.add_node(
+            "Identity", [v], attrs, name=node_name, output_names=[name], output_types=[v.type]
+        )
+        result.append(ctx.graph.outputs_of(node)[0])
+    return result
 
 
 @converter("Loop", since=1)

@@ -1,4 +1,4 @@
-"""Converters of MatMul, Gemm, Softmax / LogSoftmax / Hardmax.
+"""Converters of MatMul, Gemm, Det, Softmax / LogSoftmax / Hardmax.
 
 Softmax-1/11 coerce the input to 2-D at ``axis`` (``[prod(d[:axis]),
 prod(d[axis:])]``) and normalise each row. When ``axis`` is the last axis that
@@ -14,7 +14,9 @@ from frontends.onnx.converter import NodeContext, converter, register_generic
 
 __all__: list[str] = []
 
-register_generic({"MatMul": 1, "Gemm": 7, "Softmax": 13, "LogSoftmax": 13, "Hardmax": 13, "Einsum": 12})
+register_generic(
+    {"MatMul": 1, "Gemm": 7, "Softmax": 13, "LogSoftmax": 13, "Hardmax": 13, "Einsum": 12, "Det": 11}
+)
 
 
 def _coerced_softmax(ctx: NodeContext) -> list[Value]:

@@ -39,6 +39,7 @@ register_generic(
         "OneHot": 9,
         "Trilu": 14,
         "CumSum": 11,
+        "CumProd": 26,
         "ReverseSequence": 10,
         "Slice": 10,
         "Split": 18,
