@@ -13,6 +13,7 @@ from backends.mnn.options import MnnOptions
 from backends.mnn.precision import plan_weights
 from backends.mnn.runtime import run_mnn
 from backends.mnn.weights import WeightStorage
+from backends.mnn.backend import BACKEND as MNN
 from backends.mnn.writer import write_mnn
 from compiler.api import PassManager, load_model
 from compiler.cli import main
@@ -40,7 +41,8 @@ def _prepare(name: str, tmp_path: Path) -> tuple[Graph, dict[str, np.ndarray], d
     onnx.save(model, path)
     feeds = feeder(model)
     graph = load_model(path, input_shapes={k: v.shape for k, v in feeds.items()})
-    PassManager(pipeline("default")).run(graph)
+    # the default pipeline, then MNN's legalization (normalize-gemm, decompositions), as a compile runs
+    PassManager(pipeline("default") + MNN.legalization("mnn", None)).run(graph)
     return graph, feeds, run_onnxruntime(path, feeds)
 
 

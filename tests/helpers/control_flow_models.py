@@ -244,11 +244,11 @@ def silero_style_model(cell: str = "LSTM", opset: int = 16, seed: int = 0) -> on
 
 
 def unsupported_in_branch_model() -> onnx.ModelProto:
-    """An If whose else_branch holds an op Kiln has no converter for (``Det``), next to a supported one."""
+    """An If whose else_branch holds an op Kiln has no converter for (``Unique``), next to a supported one."""
     then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [_vi("t", [3, 3])])
     else_g = helper.make_graph(
         [
-            helper.make_node("Det", ["x"], ["d"], name="the_det"),
+            helper.make_node("Unique", ["x"], ["d"], name="the_unique"),
             helper.make_node("Expand", ["d", "shp"], ["e"]),
         ],
         "else",

@@ -73,16 +73,23 @@ def _carried_body(
 
 @converter("If", since=1)
 def if_(ctx: NodeContext) -> list[Value]:
-    """If: both branches read the union of their captures, in one order."""
+    """If: both branches read the union of their captures, in one order.
+
+    With a constant condition whose untaken branch does not even type-check (AffineGrid's function
+    body splits its size 4 or 5 ways, by rank), only the taken branch is imported, inlined.
+    """
     branches = [ctx.pop("then_branch"), ctx.pop("else_branch")]
     if any(not isinstance(b, onnx.GraphProto) for b in branches):
         raise ctx.fail("then_branch and else_branch must be graph attributes")
     labels = ("then_branch", "else_branch")
     cond = ctx.const(0)
-    if cond is not None and cond.size == 1:  # only the taken branch: the other may not even type-check
-        return _taken_branch(ctx, branches, labels, bool(np.asarray(cond).reshape(-1)[0]))
     caps = ctx.scope.captures(branches)
-    then_g, else_g = (ctx.scope.subgraph(p, [], caps, nm) for p, nm in zip(branches, labels, strict=True))
+    try:
+        then_g, else_g = (ctx.scope.subgraph(p, [], caps, nm) for p, nm in zip(branches, labels, strict=True))
+    except (ShapeError, GraphError, ValueError, ConversionError):
+        if cond is None or cond.size != 1:
+            raise
+        return _taken_branch(ctx, branches, labels, bool(np.asarray(cond).reshape(-1)[0]))
     attrs = IfAttrs(then_g, else_g, captures=len(caps))
     return _emit(ctx, "If", [ctx.require(0), *(v for _, v in caps)], attrs, len(branches[0].output))
 
