@@ -9,11 +9,11 @@ import numpy as np
 import onnx
 import pytest
 
+from backends.mnn.backend import BACKEND as MNN
 from backends.mnn.options import MnnOptions
 from backends.mnn.precision import plan_weights
 from backends.mnn.runtime import run_mnn
 from backends.mnn.weights import WeightStorage
-from backends.mnn.backend import BACKEND as MNN
 from backends.mnn.writer import write_mnn
 from compiler.api import PassManager, load_model
 from compiler.cli import main
