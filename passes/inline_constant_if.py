@@ -40,12 +40,11 @@ class InlineIf(Rule):
         taken = bool(np.asarray(m.const("cond")).reshape(-1)[0])
         branch = node.attrs.then_branch if taken else node.attrs.else_branch
         caps = [v for v in g.inputs_of(node)[1:] if v is not None]
-        old_types = list(node.output_types)
         new = inline_graph(g, branch, caps, scope=f"{node.name}/" if node.name else "")
         rw.replace_node(node, new)
-        refresh_types(
-            g, [v for v, t in zip(new, old_types, strict=True) if g.has_node(v.node) and v.type != t]
-        )
+        # downstream of every new value: a branch output may now be a constant, and value-dependent
+        # inference (Range, Reshape) gives other types from equal input types
+        refresh_types(g, [v for v in new if g.has_node(v.node)])
 
 
 @register_pass

@@ -49,7 +49,10 @@ def inline_graph(
 def refresh_types(graph: Graph, changed: Iterable[Value]) -> int:
     """Re-infer, in topological order, every node downstream of values whose types changed.
 
-    Returns the number of nodes whose recorded types changed.
+    Every downstream node is re-inferred, not only those whose input types changed: an inlined
+    branch can turn values into constants, and value-dependent inference (Range, Reshape, ...)
+    then gives other types with the same input types. Returns the number of nodes whose recorded
+    types changed.
     """
     dirty = {user.id for v in changed for user, _ in graph.users(v)}
     count = 0
@@ -58,7 +61,6 @@ def refresh_types(graph: Graph, changed: Iterable[Value]) -> int:
             continue
         before = list(node.output_types)
         graph.reinfer(node)
-        if node.output_types != before:
-            count += 1
-            dirty.update(u.id for v in graph.outputs_of(node) for u, _ in graph.users(v))
+        count += node.output_types != before
+        dirty.update(u.id for v in graph.outputs_of(node) for u, _ in graph.users(v))
     return count

@@ -75,8 +75,11 @@ def _carried_body(
 def if_(ctx: NodeContext) -> list[Value]:
     """If: both branches read the union of their captures, in one order.
 
-    With a constant condition whose untaken branch does not even type-check (AffineGrid's function
-    body splits its size 4 or 5 ways, by rank), only the taken branch is imported, inlined.
+    With a constant condition, only the taken branch is imported (inlined) when the untaken one
+    does not even type-check (AffineGrid's function body splits its size 4 or 5 ways, by rank) or
+    when the union of the two branches' types would lose what the taken branch knows (downstream
+    shape-dependent ops then need its exact types); otherwise the If stays and inline-constant-if
+    folds it.
     """
     branches = [ctx.pop("then_branch"), ctx.pop("else_branch")]
     if any(not isinstance(b, onnx.GraphProto) for b in branches):
@@ -84,11 +87,14 @@ def if_(ctx: NodeContext) -> list[Value]:
     labels = ("then_branch", "else_branch")
     cond = ctx.const(0)
     caps = ctx.scope.captures(branches)
+    constant = cond is not None and cond.size == 1
     try:
         then_g, else_g = (ctx.scope.subgraph(p, [], caps, nm) for p, nm in zip(branches, labels, strict=True))
     except (ShapeError, GraphError, ValueError, ConversionError):
-        if cond is None or cond.size != 1:
+        if not constant:
             raise
+        return _taken_branch(ctx, branches, labels, bool(np.asarray(cond).reshape(-1)[0]))
+    if constant and any(t.type != e.type for t, e in zip(then_g.outputs, else_g.outputs, strict=True)):
         return _taken_branch(ctx, branches, labels, bool(np.asarray(cond).reshape(-1)[0]))
     attrs = IfAttrs(then_g, else_g, captures=len(caps))
     return _emit(ctx, "If", [ctx.require(0), *(v for _, v in caps)], attrs, len(branches[0].output))
