@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python benchmarks/quant_zoo.py --zoo-dir /tmp/zoo                  # every non-CNN model
-    .venv/bin/python benchmarks/quant_zoo.py --zoo-dir /tmp/zoo --models bert,gpt2 --json out.json
-    .venv/bin/python benchmarks/quant_zoo.py --zoo-dir /tmp/zoo -- --smoothquant  # extra kiln flags
+    .venv/bin/python benchmarks/quant_zoo.py --zoo-dir ZOO_DIR                  # every non-CNN model
+    .venv/bin/python benchmarks/quant_zoo.py --zoo-dir ZOO_DIR --models bert,gpt2 --json out.json
+    .venv/bin/python benchmarks/quant_zoo.py --zoo-dir ZOO_DIR -- --smoothquant  # extra kiln flags
 
 ``ZOO_DIR/<name>/`` holds a materialized model (``model.onnx``, ``inputs.npz``, ``calib.npz``);
 ``../shared/tools/zoo/zoo.py materialize NAMES DIR`` writes them. For each model,

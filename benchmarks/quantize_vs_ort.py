@@ -28,10 +28,10 @@ models, per model x method x output (:class:`tests.helpers.quant_reference.Quant
 acceptance test's yardstick: same method name on both sides, per-channel int8 weights, QDQ,
 the same calibration samples)::
 
-    .venv/bin/python benchmarks/quantize_vs_ort.py --sqnr --zoo /tmp/zoo
+    .venv/bin/python benchmarks/quantize_vs_ort.py --sqnr --zoo ZOO_DIR
 
 The shared models calibrate on ``<stem>.calib.npz`` (16 samples) and are scored on
-``<stem>.holdout.npz`` (8). A zoo CNN ``/tmp/zoo/<name>/`` has ``calib.npz`` (8 samples) and
+``<stem>.holdout.npz`` (8). A zoo CNN ``ZOO_DIR/<name>/`` has ``calib.npz`` (8 samples) and
 ``inputs.npz`` (1): Kiln and onnxruntime calibrate on the first 6 calibration samples, and
 the hold-out set is the other 2 plus ``inputs.npz`` (3 samples, never seen in calibration).
 The last lines give, per method, the worst and the mean ``kiln - ort`` (dB) over the rows.
