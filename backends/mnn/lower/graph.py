@@ -24,8 +24,9 @@ import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext, mnn_dtype
+from backends.mnn.lower.int8_net import finish_int8
 from backends.mnn.lower.linear import reshape_table
-from backends.mnn.lower.quant import expand_qconv, finish_int8, fold_weight_dequant, integer_form
+from backends.mnn.lower.quant import expand_qconv, fold_weight_dequant, integer_form
 from backends.mnn.lower.table import TABLE
 from backends.mnn.model import MnnNet, MnnOp, Table
 from backends.mnn.options import MnnOptions
