@@ -4,6 +4,11 @@ Usage, from the repository root (../shared must hold the developer models)::
 
     .venv/bin/python benchmarks/mnn_vs_converter.py                     # every model, 60 rounds
     .venv/bin/python benchmarks/mnn_vs_converter.py --models yunet_n_320 --rounds 20
+    .venv/bin/python benchmarks/mnn_vs_converter.py --zoo-dir ZOO_DIR    # zoo transformers and RNNs
+    .venv/bin/python benchmarks/mnn_vs_converter.py --zoo-dir ZOO_DIR --models bert,crnn
+
+``ZOO_DIR`` is a materialized zoo (``../shared/tools/zoo/zoo.py materialize``): each model is
+``ZOO_DIR/<name>/model.onnx`` with its input ``inputs.npz`` (integer inputs are fed as int32).
 
 For each model five files are made from the same ONNX: Kiln (``compile_model`` with
 ``emit=("mnn",)`` and ``MnnOptions(weights="fp32")`` / ``"int8"`` / ``"int8"`` with every layer
@@ -59,6 +64,19 @@ from tests.helpers.mnn_convert import onnx_to_mnn  # noqa: E402
 __all__ = ["main", "make_files", "latencies", "round_times", "paired_ratio", "round_orders", "agreement"]
 
 STEMS = ["pan_mnv3s_skin_clothes_hair", "ppocr_mobile_v2_cls", "ultraface_rfb320", "yunet_n_320"]
+# The zoo's transformers and RNNs (with --zoo-dir).
+ZOO_MODELS = [
+    "bert",
+    "distilbert",
+    "albert",
+    "gpt2",
+    "vit_tiny_patch16_224",
+    "hf_vit",
+    "whisper_encoder",
+    "mobilevit_xs",
+    "crnn",
+    "lstm_text",
+]
 SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
 FILES = ("kiln fp32", "conv fp32", "kiln int8", "kiln int8*", "conv int8")
 # Kiln's int8 weights keep a measured per-layer float fallback that holds cosine >= 0.999 (its
@@ -70,12 +88,17 @@ KILN_OPTIONS = {
 }
 
 
-def make_files(model: Path, shapes: Mapping[str, tuple[int, ...]], work: Path) -> dict[str, Path]:
-    """The .mnn files of one model (Kiln's three, the converter's fp32 and int8)."""
+def make_files(
+    model: Path, shapes: Mapping[str, tuple[int, ...]], work: Path, inputs: Path | None = None
+) -> dict[str, Path]:
+    """The .mnn files of one model (Kiln's three, the converter's fp32 and int8).
+
+    ``inputs``: the model's real input (default: ``data/<stem>.npz`` next to the model, if any).
+    """
     out: dict[str, Path] = {}
+    real = inputs if inputs is not None else model.parent / "data" / f"{model.stem}.npz"
     for i, (key, mnn) in enumerate(KILN_OPTIONS.items()):
         d = work / f"kiln_{i}"
-        real = model.parent / "data" / f"{model.stem}.npz"
         opts = CompileOptions(
             model=model,
             out_dir=d,
@@ -100,6 +123,11 @@ def file_bytes(path: Path) -> int:
     """The model's bytes, its external ``.weight`` side file included."""
     side = path.with_name(path.name + ".weight")
     return path.stat().st_size + (side.stat().st_size if side.is_file() else 0)
+
+
+def _feed(a: np.ndarray) -> np.ndarray:
+    """An input as MNN takes it: float32, or int32 for integer inputs (MNN has no int64)."""
+    return np.ascontiguousarray(a, np.float32 if a.dtype.kind == "f" else np.int32)
 
 
 def _load(path: Path) -> tuple[object, list[str]]:
@@ -143,9 +171,12 @@ def round_times(
     keep: list[np.ndarray] = []
     for key in keys + keys[::-1]:
         module, names = _load(paths[key])
-        arrays = [np.ascontiguousarray(feeds[n], np.float32) for n in names]
+        arrays = [_feed(feeds[n]) for n in names]
         keep += arrays
-        copies[key].append((module, [ex.const(a, list(a.shape), ex.NCHW, ex.float) for a in arrays]))
+        consts = [
+            ex.const(a, list(a.shape), ex.NCHW, ex.float if a.dtype == np.float32 else ex.int) for a in arrays
+        ]
+        copies[key].append((module, consts))
 
     def once(key: str, copy: int) -> tuple[float, float]:
         module, args = copies[key][copy]
@@ -204,9 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print one block per model."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the ../shared folder")
-    p.add_argument("--models", nargs="+", default=STEMS, metavar="STEM")
+    p.add_argument("--zoo-dir", type=Path, help="a materialized zoo: --models are zoo names")
+    p.add_argument(
+        "--models",
+        default="",
+        help=f"comma-separated (default: {','.join(STEMS)}; zoo: {','.join(ZOO_MODELS)})",
+    )
     p.add_argument("--rounds", type=int, default=60, help="interleaved timing rounds (median reported)")
     args = p.parse_args(argv)
+    names = [s.strip() for s in args.models.replace(" ", ",").split(",") if s.strip()]
+    names = names or (ZOO_MODELS if args.zoo_dir is not None else STEMS)
     logging.disable(logging.WARNING)
     head = (
         f"{'model':<28} {'file':<10} {'KiB':>9} {'size k/c':>9} {'ms':>8} {'time k/c':>9} {'spread':>13}"
@@ -215,11 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print("-" * len(head))
     with tempfile.TemporaryDirectory(prefix="kiln-mnnconv-") as tmp:
-        for stem in args.models:
-            model = args.shared / "models" / f"{stem}.onnx"
-            with np.load(args.shared / "models" / "data" / f"{stem}.npz") as z:
-                feeds = {k: z[k].astype(np.float32) for k in z.files}
-            files = make_files(model, SHAPES.get(stem, {}), Path(tmp) / stem)
+        for stem in names:
+            if args.zoo_dir is not None:
+                model, inputs = args.zoo_dir / stem / "model.onnx", args.zoo_dir / stem / "inputs.npz"
+            else:
+                model = args.shared / "models" / f"{stem}.onnx"
+                inputs = args.shared / "models" / "data" / f"{stem}.npz"
+            with np.load(inputs) as z:
+                feeds = {k: z[k] for k in z.files}
+            files = make_files(model, SHAPES.get(stem, {}), Path(tmp) / stem, inputs)
             ref = _ort(model, feeds)
             wall, cpu = round_times(files, feeds, args.rounds)
             for key in FILES:

@@ -4,7 +4,7 @@ Usage, from the repository root::
 
     .venv/bin/python benchmarks/quant_zoo.py --zoo-dir ZOO_DIR                  # every non-CNN model
     .venv/bin/python benchmarks/quant_zoo.py --zoo-dir ZOO_DIR --models bert,gpt2 --json out.json
-    .venv/bin/python benchmarks/quant_zoo.py --zoo-dir ZOO_DIR -- --smoothquant  # extra kiln flags
+    .venv/bin/python benchmarks/quant_zoo.py --zoo-dir ZOO_DIR --smoothquant auto -- --min-sqnr 30
 
 ``ZOO_DIR/<name>/`` holds a materialized model (``model.onnx``, ``inputs.npz``, ``calib.npz``);
 ``../shared/tools/zoo/zoo.py materialize NAMES DIR`` writes them. For each model,
@@ -20,6 +20,11 @@ subprocess (``--timeout`` seconds), and the table shows, from its exit code and 
 * ``mm_int8``: MatMul/Gemm nodes of the emitted model whose weight (input 1) is dequantized int8,
   over every MatMul/Gemm node (attention's activation x activation products included);
 * ``policy``: nodes the registry's policy kept float (op classes and structural patterns).
+
+With ``--smoothquant MODE`` each model is compiled a second time with ``--smoothquant MODE`` and the
+table adds that compile's ``sq_in`` (sqnr_inputs), ``sq_fallback``, ``sq_share`` and ``smoothed``
+(activation groups smoothed / groups foldable, from ``quantization.smoothquant``). Flags after
+``--`` go to every compile (``--min-sqnr 30`` judges the >= 60% at >= 30 dB target by the floor).
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class Row:
     mm_total: int = 0
     policy_float: int = 0
     detail: str = ""
+    smoothed: str = ""
+    smooth: Row | None = None
 
     @property
     def share(self) -> float:
@@ -138,6 +145,9 @@ def run_model(zoo_dir: Path, name: str, out: Path, timeout: float, extra: Sequen
     row.sqnr_inputs = _worst_inputs(manifest)
     row.fallback, row.sqnr_calib = _fallback(q)
     row.policy_float = sum(1 for why in q.get("float_nodes", {}).values() if "policy" in why)
+    groups = q.get("smoothquant", {}).get("groups")
+    if groups is not None:
+        row.smoothed = f"{sum(1 for g in groups if g.get('alpha') is not None)}/{len(groups)}"
     if (out / "model.onnx").is_file():
         row.mm_int8, row.mm_total = matmul_share(out / "model.onnx")
     return row
@@ -147,19 +157,36 @@ def _db(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def _smooth_cells(r: Row | None) -> str:
+    if r is None:
+        return ""
+    return f"{_db(r.sqnr_inputs):>7}  {r.fallback:<12}{r.share:>9.0%}{r.smoothed:>9}"
+
+
+def _good(r: Row) -> bool:
+    return r.share >= SHARE and (r.sqnr_inputs or 0.0) >= 30.0
+
+
 def _print(rows: Sequence[Row]) -> None:
     head = f"{'model':<22}{'exit':>5}{'sec':>7}{'sqnr_in':>9}{'sqnr_cal':>9}  {'fallback':<12}"
-    print(head + f"{'mm_int8':>10}{'share':>7}{'policy':>8}  detail")
-    print("-" * (len(head) + 35))
+    smooth = any(r.smooth is not None for r in rows)
+    sq_head = f"{'sq_in':>7}  {'sq_fallback':<12}{'sq_share':>9}{'smoothed':>9}  " if smooth else ""
+    print(head + f"{'mm_int8':>10}{'share':>7}{'policy':>8}  {sq_head}detail")
+    print("-" * (len(head) + 35 + len(sq_head)))
     for r in rows:
+        sq = f"{_smooth_cells(r.smooth)}  " if smooth else ""
         print(
             f"{r.model:<22}{r.exit:>5}{r.seconds:>7.1f}{_db(r.sqnr_inputs):>9}{_db(r.sqnr_calib):>9}  "
-            f"{r.fallback:<12}{f'{r.mm_int8}/{r.mm_total}':>10}{r.share:>7.0%}{r.policy_float:>8}  {r.detail}"
+            f"{r.fallback:<12}{f'{r.mm_int8}/{r.mm_total}':>10}{r.share:>7.0%}{r.policy_float:>8}  "
+            f"{sq}{r.detail or (r.smooth.detail if r.smooth else '')}"
         )
     ok = [r for r in rows if r.exit != 0 or (r.sqnr_inputs is not None and r.sqnr_inputs >= FLOOR_DB)]
-    good = [r for r in rows if r.share >= SHARE and (r.sqnr_inputs or 0.0) >= 30.0]
+    good = [r for r in rows if _good(r)]
     print(f"\nno exit 0 below {FLOOR_DB:g} dB on --inputs: {len(ok)}/{len(rows)}")
     print(f">= {SHARE:.0%} MatMul/Gemm int8 at >= 30 dB: {len(good)}/{len(rows)}")
+    if smooth:
+        sq_good = [r for r in rows if r.smooth is not None and _good(r.smooth)]
+        print(f"  with SmoothQuant: {len(sq_good)}/{len(rows)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--models", default=",".join(NON_CNN))
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--json", type=Path)
+    p.add_argument("--smoothquant", metavar="MODE", help="also compile each model with --smoothquant MODE")
     p.add_argument("extra", nargs="*", help="extra kiln compile flags (after --)")
     args = p.parse_args(argv)
     rows: list[Row] = []
@@ -176,11 +204,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in [m for m in args.models.split(",") if m]:
             row = run_model(args.zoo_dir, name, Path(tmp) / name, args.timeout, args.extra)
             print(f"{name}: exit {row.exit}, {row.seconds:.1f} s", file=sys.stderr, flush=True)
+            if args.smoothquant:
+                extra = [*args.extra, "--smoothquant", args.smoothquant]
+                row.smooth = run_model(args.zoo_dir, name, Path(tmp) / f"{name}-sq", args.timeout, extra)
+                print(f"{name} --smoothquant: exit {row.smooth.exit}", file=sys.stderr, flush=True)
             rows.append(row)
     _print(rows)
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
-    silent = [r for r in rows if r.exit == 0 and (r.sqnr_inputs is None or r.sqnr_inputs < FLOOR_DB)]
+    every = [*rows, *(r.smooth for r in rows if r.smooth is not None)]
+    silent = [r for r in every if r.exit == 0 and (r.sqnr_inputs is None or r.sqnr_inputs < FLOOR_DB)]
     return 1 if silent else 0
 
 

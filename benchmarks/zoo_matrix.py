@@ -10,14 +10,17 @@ materialized into a temporary directory by ``../shared/tools/zoo/zoo.py`` (about
 
 For every model x path, ``kiln compile MODEL -o OUT --inputs inputs.npz`` runs in a subprocess
 (a fresh output folder in a temporary directory, ``--timeout`` seconds per compile) with
-``--emit onnx``, ``--emit mnn``, ``--emit cann``, for ``tvm-cpu`` ``--target cpu``, or for ``all``
+``--emit onnx``, ``--emit mnn``, ``--emit cann``, for ``mnn-int8w`` ``--emit mnn --mnn-weights int8``
+(weight-only int8 with its fp16 fallback plan), for ``tvm-cpu`` ``--target cpu``, or for ``all``
 ``--emit mnn,cann --target cpu`` (the preflight: a refusal lists every backend's gaps at once and
 comes before any calibration or emit, so its seconds are the time to refuse). The result is
 classified from the exit code, stderr and ``manifest.json``:
 
 * ``ok``: exit 0 and every artifact verified against onnxruntime (``verification.passed``, nothing in
   ``not_run_here``); for ``mnn`` also the worst output's max rel <= 1e-3 (the MNN bar). The ``.om``
-  of ``cann`` is verified by Kiln itself (read back by the strict reader, run in onnxruntime);
+  of ``cann`` is verified by Kiln itself (read back by the strict reader, run in onnxruntime); for
+  ``mnn-int8w`` the worst output cosine against onnxruntime fp32 >= 0.999 (shown with the number of
+  layers the plan kept in fp16);
 * ``numeric miss``: exit 1, the artifact was written but missed its tolerance (worst max rel shown);
 * ``refused``: exit 2 with a ``kiln: error:`` line; the op names it lists are extracted (the
   frontend's and the MNN writer's ``unsupported op(s): ...`` list every op; the CANN lowering stops
@@ -59,16 +62,18 @@ __all__ = [
     "classify",
     "refused_ops",
     "worst_max_rel",
+    "worst_cosine",
     "crash_causes",
     "cpu_isa",
     "kiln_commit",
     "materialize",
 ]
 
-PATHS = ("onnx", "mnn", "cann", "tvm-cpu", "all")
+PATHS = ("onnx", "mnn", "mnn-int8w", "cann", "tvm-cpu", "all")
 DEFAULT_PATHS = ("onnx", "mnn", "cann")
 CLASSES = ("ok", "numeric miss", "refused", "crash")
 MNN_MAX_REL = 1e-3
+INT8W_MIN_COSINE = 0.999
 DETAIL_CHARS = 110
 STDERR_KEEP = 4000
 
@@ -84,6 +89,7 @@ class Result:
     detail: str
     rc: int | None = None
     max_rel: float | None = None
+    cosine: float | None = None
     ops: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
     refused_by: dict[str, str] = field(default_factory=dict)
@@ -97,6 +103,8 @@ def path_flags(path: str) -> list[str]:
         return ["--target", "cpu"]
     if path == "all":  # the preflight check: every backend at once, refused (if at all) in one message
         return ["--emit", "mnn,cann", "--target", "cpu"]
+    if path == "mnn-int8w":
+        return ["--emit", "mnn", "--mnn-weights", "int8"]
     return ["--emit", path]
 
 
@@ -121,6 +129,29 @@ def worst_max_rel(manifest: dict[str, Any]) -> tuple[float | None, str]:
             if worst is None or rel > worst:
                 worst, where = rel, f"{art.get('path')}:{out.get('name')}"
     return worst, where
+
+
+def worst_cosine(manifest: dict[str, Any]) -> tuple[float | None, str]:
+    """The smallest output cosine over every verified artifact, and ``artifact:output`` of it."""
+    worst: float | None = None
+    where = ""
+    for art in manifest.get("verification", {}).get("artifacts", []):
+        for out in art.get("outputs", []):
+            cos = float(out.get("cosine", float("-inf")))
+            if worst is None or cos < worst:
+                worst, where = cos, f"{art.get('path')}:{out.get('name')}"
+    return worst, where
+
+
+def _fp16_layers(manifest: dict[str, Any]) -> str:
+    """`` (N fp16 layers)`` from the MNN weight plan in the manifest, if it records one."""
+    for art in manifest.get("artifacts", []):
+        plan = (art.get("details") or {}).get("weight_plan")
+        if isinstance(plan, dict) and "kept" in plan:
+            fp32 = len(plan.get("kept_fp32", []))
+            extra = f", {fp32} fp32" if fp32 else ""
+            return f" ({len(plan['kept'])}/{plan.get('layers', '?')} layers fp16{extra})"
+    return ""
 
 
 _SEGMENT = re.compile(r"; (?=[\w.:]+(?: [\w.:]+)? \()")
@@ -198,8 +229,10 @@ def classify(
         r.detail = _short(f"exit {rc}: {cause}")
         return r
     err_lines = [ln for ln in stderr.splitlines() if ln.startswith("kiln: error:")]
+    where = cos_where = ""
     if manifest is not None:
         r.max_rel, where = worst_max_rel(manifest)
+        r.cosine, cos_where = worst_cosine(manifest)
     if rc == 0:
         ver = (manifest or {}).get("verification", {})
         if manifest is None:
@@ -211,12 +244,18 @@ def classify(
             r.cls, r.detail = "numeric miss", "exit 0 but verification.passed is false"
         elif path == "mnn" and (r.max_rel is None or r.max_rel > MNN_MAX_REL):
             r.cls, r.detail = "numeric miss", f"max_rel {r.max_rel:.3g} > {MNN_MAX_REL:g} ({where})"
+        elif path == "mnn-int8w":
+            ok = r.cosine is not None and r.cosine >= INT8W_MIN_COSINE
+            r.cls = "ok" if ok else "numeric miss"
+            r.detail = f"cosine {r.cosine:.6f} ({cos_where}){_fp16_layers(manifest)}"
         else:
             r.cls, r.detail = "ok", f"max_rel {r.max_rel:.3g}" if r.max_rel is not None else ""
         return r
     if rc == 1 and err_lines:
         r.cls = "numeric miss"
-        if r.max_rel is None:
+        if path == "mnn-int8w" and r.cosine is not None:
+            r.detail = f"cosine {r.cosine:.6f} at {cos_where}"
+        elif r.max_rel is None:
             r.detail = _short(err_lines[-1][len("kiln: error:") :])
         else:
             note = (
@@ -340,16 +379,16 @@ def materialize(names: Sequence[str] | None, out_dir: Path) -> None:
 
 
 def _line(r: Result) -> str:
-    return f"{r.model:<38} {r.path:<8} {r.cls:<13} {r.seconds:7.1f}  {r.detail}"
+    return f"{r.model:<38} {r.path:<9} {r.cls:<13} {r.seconds:7.1f}  {r.detail}"
 
 
 def count_table(results: Sequence[Result], paths: Sequence[str]) -> str:
     """Per path: how many compiles fell in each class."""
-    head = f"{'path':<8} " + " ".join(f"{c:>12}" for c in CLASSES) + f" {'total':>6}"
+    head = f"{'path':<9} " + " ".join(f"{c:>12}" for c in CLASSES) + f" {'total':>6}"
     lines = [head, "-" * len(head)]
     for p in paths:
         c = Counter(r.cls for r in results if r.path == p)
-        lines.append(f"{p:<8} " + " ".join(f"{c[k]:>12}" for k in CLASSES) + f" {sum(c.values()):>6}")
+        lines.append(f"{p:<9} " + " ".join(f"{c[k]:>12}" for k in CLASSES) + f" {sum(c.values()):>6}")
     return "\n".join(lines)
 
 
@@ -438,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cpu isa: {isa}")
         print(f"kiln commit: {commit}")
         print(f"models: {len(names)}, paths: {','.join(paths)}, timeout {args.timeout:g} s, jobs {args.jobs}")
-        head = f"{'model':<38} {'path':<8} {'class':<13} {'seconds':>7}  detail"
+        head = f"{'model':<38} {'path':<9} {'class':<13} {'seconds':>7}  detail"
         print(head)
         print("-" * (len(head) + 40), flush=True)
         kiln = args.kiln.split() or kiln_command()

@@ -152,7 +152,8 @@ def runner_callable(artifact: Path, feeds: Mapping[str, np.ndarray], threads: in
 
 @dataclass(frozen=True)
 class BenchReport:
-    """One ``kiln bench`` result; ``ratio_vs`` = artifact median / ``vs`` median (below 1: faster)."""
+    """One ``kiln bench`` result; ``ratio_vs`` = artifact median / ``vs`` median (below 1: faster);
+    ``kernel_report``: a TVM artifact's "which kernel ran" report (from its model.json), else None."""
 
     artifact: str
     threads: int
@@ -164,6 +165,7 @@ class BenchReport:
     vs: str | None = None
     ort_median_ms: float | None = None
     ratio_vs: float | None = None
+    kernel_report: dict[str, Any] | None = None
 
     def summary(self) -> str:
         """The human-readable lines ``kiln bench`` prints."""
@@ -178,6 +180,11 @@ class BenchReport:
                 f"{self.vs} (onnxruntime): median {self.ort_median_ms:.3f} ms; "
                 f"ratio {self.ratio_vs:.3f} ({'faster' if self.ratio_vs < 1 else 'slower'} than onnxruntime)"
             )
+        if self.kernel_report:
+            parts = [
+                f"{cls} {'+'.join(row['isa'])} ({row['kernels']})" for cls, row in self.kernel_report.items()
+            ]
+            lines.append("kernels: " + ", ".join(parts))
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, Any]:
@@ -192,6 +199,7 @@ class BenchReport:
             "vs",
             "ort_median_ms",
             "ratio_vs",
+            "kernel_report",
         )
         return {k: getattr(self, k) for k in keys}
 
@@ -219,6 +227,15 @@ def random_feeds_for(artifact: Path, seed: int = 0) -> dict[str, np.ndarray]:
         name: rng.standard_normal([d if isinstance(d, int) and d > 0 else 1 for d in shape]).astype(dtype)
         for name, shape, dtype in specs
     }
+
+
+def _kernel_report(artifact: Path) -> dict[str, Any] | None:
+    if artifact.suffix.lower() != ".so":
+        return None
+    from compiler.plugins import TVM_RUNTIME, entry
+
+    report: dict[str, Any] | None = entry(f"{TVM_RUNTIME}:kernel_report_of")(artifact)
+    return report
 
 
 def bench_artifact(
@@ -250,6 +267,7 @@ def bench_artifact(
         artifact=str(artifact),
         threads=threads,
         rounds=rounds,
+        kernel_report=_kernel_report(Path(artifact)),
         median_ms=ms(k.median_s),
         p10_ms=ms(k.p10_s),
         p90_ms=ms(k.p90_s),
@@ -286,4 +304,5 @@ def bench_remote(
         p10_ms=pct(10),
         p90_ms=pct(90),
         cpu_median_ms=float("nan"),
+        kernel_report=_kernel_report(Path(artifact)),
     )

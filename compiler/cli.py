@@ -149,7 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_quant_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("quantization")
-    g.add_argument("--quantize", choices=["int8", "fp16"], help="post-training quantization")
+    g.add_argument(
+        "--quantize",
+        choices=["int8", "fp16", "int4w", "int8w"],
+        help="post-training quantization (int4w/int8w: weight-only MatMul/Gemm weights, GPTQ with --calib)",
+    )
     g.add_argument("--calib", type=Path, metavar="DATA", help=".npz/.npy (leading sample axis), or a folder")
     g.add_argument("--calib-count", type=int, metavar="N", help="use the first N calibration samples")
     g.add_argument(
@@ -187,6 +191,34 @@ def _add_quant_flags(p: argparse.ArgumentParser) -> None:
         help="skip the per-layer sensitivity analysis (report.md, sensitivity.png)",
     )
     g.add_argument("--calib-runtime", default="onnxruntime", choices=["onnxruntime", "interpreter"])
+    g.add_argument(
+        "--smoothquant",
+        default="off",
+        metavar="{off,auto,ALPHA}",
+        help="int8: fold SmoothQuant scales into LayerNorm/linear producers and MatMul/Gemm weights; "
+        "auto searches alpha per layer on --calib (default off)",
+    )
+    g.add_argument(
+        "--weight-block-size",
+        type=int,
+        choices=[32, 64, 128],
+        help="int4w/int8w: weights of a row per scale, along K (default 32)",
+    )
+    g.add_argument(
+        "--weight-scale-type", choices=["fp16", "fp32"], help="int4w/int8w: scale storage (default fp16)"
+    )
+    g.add_argument(
+        "--weight-asymmetric",
+        action="store_true",
+        help="int4w/int8w: a zero point per block (default symmetric)",
+    )
+    g.add_argument(
+        "--weight-min-cosine",
+        type=float,
+        metavar="C",
+        help="int4w/int8w: output cosine the layer fallback (int8, float) keeps on the compile inputs "
+        "(default the verification floor: int4w 0.98, int8w 0.999; 0: off)",
+    )
 
 
 def _floor_flag(text: str) -> float | str:
@@ -207,7 +239,12 @@ def _calib_taken_by_backend(args: argparse.Namespace) -> bool:
 
 
 def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
-    from compiler.quant.options import QuantOptions
+    from compiler.quant.options import (
+        DEFAULT_WEIGHT_BLOCK_SIZE,
+        DEFAULT_WEIGHT_SCALE_TYPE,
+        WEIGHT_ONLY_MODES,
+        QuantOptions,
+    )
 
     given = [
         f"--{f.replace('_', '-')}" for f in ("calib", "scales", "min_sqnr") if getattr(args, f) is not None
@@ -216,6 +253,19 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
     given += ["--bias-correction"] if args.bias_correction else []
     given += ["--no-sensitivity"] if args.no_sensitivity else []
     given += ["--strict"] if args.strict else []
+    given += ["--smoothquant"] if args.smoothquant != "off" else []
+    weight_flags = [
+        flag
+        for flag, on in (
+            ("--weight-block-size", args.weight_block_size is not None),
+            ("--weight-scale-type", args.weight_scale_type is not None),
+            ("--weight-asymmetric", args.weight_asymmetric),
+            ("--weight-min-cosine", args.weight_min_cosine is not None),
+        )
+        if on
+    ]
+    if weight_flags and args.quantize not in WEIGHT_ONLY_MODES:
+        raise OptionError(f"{weight_flags[0]} needs --quantize int4w or int8w")
     if args.quantize is None:
         if args.calib is not None and _calib_taken_by_backend(args):  # e.g. MNN's GPTQ weight rounding
             given.remove("--calib")
@@ -240,6 +290,11 @@ def _quant_options(args: argparse.Namespace) -> QuantOptions | None:
         bias_correction=args.bias_correction,
         calib_runtime=args.calib_runtime,
         sensitivity=not args.no_sensitivity,
+        smoothquant=args.smoothquant,
+        weight_block_size=args.weight_block_size or DEFAULT_WEIGHT_BLOCK_SIZE,
+        weight_scale_type=args.weight_scale_type or DEFAULT_WEIGHT_SCALE_TYPE,
+        weight_asymmetric=args.weight_asymmetric,
+        weight_min_cosine=args.weight_min_cosine,
     )
 
 
@@ -325,6 +380,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from compiler.driver import compile_model
     from compiler.input_spec import parse_input_shapes
     from compiler.options import CompileOptions
+    from compiler.quant.weight_only_plan import fallback_summary
     from compiler.verification import format_table
 
     targets = _list_flag("--target", args.target)
@@ -369,6 +425,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         print(result.timing_report)
     if result.checks:
         print(format_table(result.checks))
+    if (line := fallback_summary(result.manifest.get("quantization", {}).get("fallback"))) is not None:
+        print(line)
     print(
         f"wrote {', '.join(a['path'] for a in result.manifest['artifacts'])} and manifest.json "
         f"to {args.output}"

@@ -7,7 +7,7 @@ Read top to bottom, each step is one call::
     verify(graph)                    # structural and type checks
     optimize(graph, ctx)             # the named pass pipeline
     preflight(graph, requests)       # every requested backend can write the legalized graph
-    quantize(graph, options)         # --quantize: calibration and QDQ (fp16 conversion)
+    quantize(graph, options)         # --quantize: calibration and QDQ (fp16 conversion, weight-only)
     legalize + emit per request      # each backend's own pipeline on a clone, then its emit
     verification = check(...)        # every artifact against the reference runtime and the
                                      # float64 interpreter on the unoptimized import
@@ -130,7 +130,7 @@ def compile_model(options: CompileOptions) -> CompileResult:
     with internal_errors("preflight"):
         preflight(graph, requests, options, options.model.name)
     with internal_errors("quantize"):
-        outcome = _quantize(graph, options, timing)
+        outcome, weight_only = _quantize(graph, options, timing)
 
     with atomic_output_dir(options.out_dir) as tmp:
         artifacts: list[Artifact] = []
@@ -171,6 +171,8 @@ def compile_model(options: CompileOptions) -> CompileResult:
             manifest["input_shapes_from"] = shapes_from
         if outcome is not None:
             manifest["quantization"] = outcome.report
+        elif weight_only is not None:
+            manifest["quantization"] = weight_only
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     result = CompileResult(options.out_dir, manifest, checks, timing.report())
     failed = [(c.path, name) for c in checks for name in c.failures()]
@@ -250,21 +252,25 @@ def requests_of(options: CompileOptions) -> list[Request]:
     return resolve_emit(options.emit) + resolve_target(options.targets)
 
 
-def _quantize(graph: Graph, options: CompileOptions, timing: PassTiming) -> QuantOutcome | None:
-    """The --quantize step as passes (pipeline ``quantize-int8`` or ``quantize-fp16``): the outcome
-    of ``quantize-int8`` (plan, scores, report) for the reports and the manifest."""
+def _quantize(
+    graph: Graph, options: CompileOptions, timing: PassTiming
+) -> tuple[QuantOutcome | None, dict[str, Any] | None]:
+    """The --quantize step as passes (pipeline ``quantize-int8``, ``quantize-fp16``,
+    ``quantize-int4w`` or ``quantize-int8w``): the outcome of ``quantize-int8`` (plan, scores,
+    report) for the reports and the manifest, and the record of ``quantize-weights``."""
     from compiler.pass_infra import PassContext
     from compiler.pass_manager import PassManager
-    from compiler.pipelines import instruments_for, pipeline
+    from compiler.pipelines import instruments_for, quantization_pipeline
 
     q = options.quant
     if q is None:
-        return None
+        return None, None
     name = f"quantize-{q.mode}"
     ctx = PassContext(verify_each=True, options=options)
-    PassManager(pipeline(name), ctx, instruments_for(options, timing, name)).run(graph)
+    PassManager(quantization_pipeline(q), ctx, instruments_for(options, timing, name)).run(graph)
     outcome: QuantOutcome | None = ctx.state.get("quantize-int8")
-    return outcome
+    weights: dict[str, Any] | None = ctx.state.get("quantize-weights")
+    return outcome, None if weights is None else {"mode": q.mode, **weights}
 
 
 def _write_quant_files(outcome: QuantOutcome, options: CompileOptions, out_dir: Path) -> None:

@@ -12,7 +12,9 @@
   implicit outer-scope references), and a subgraph value that would shadow an outer
   name is renamed.
 * Kiln-domain ops are rewritten into standard ops with ``OpDef.expand`` on a
-  clone; one without an expansion is an error.
+  clone; one without an expansion is an error. Ops of onnxruntime's contrib domain
+  (``com.microsoft``, e.g. the MatMulNBits that ``kiln::WeightOnlyMatMul`` expands into) are
+  written as they are, with an opset import of that domain at version 1.
 * The declared default-domain opset is the requested one, raised to the newest
   ``OpDef.min_opset`` of the graph's ops (e.g. 23 for RMSNormalization).
 * Graph outputs keep their public names (``Graph.output_names``). Every ONNX
@@ -41,8 +43,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from compiler.errors import ConversionError
-from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node, subgraph_attrs
+from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node, Value, subgraph_attrs
 from compiler.ir.types import DType, TensorType
+from compiler.ops.matmul_nbits import RUNTIME_DOMAINS
 from compiler.ops.registry import get_op
 
 __all__ = ["export_onnx", "save_onnx", "model_bytes", "EXPORT_IR_VERSION", "EXPORT_OPSET"]
@@ -142,12 +145,12 @@ def _attributes(node: Node) -> list[onnx.AttributeProto]:
 
 
 def _expand_custom(graph: Graph) -> Graph:
-    """A clone of ``graph`` in which every non-standard-domain op is expanded into standard ops."""
-    if not any(n.domain for n in graph.nodes()):
+    """A clone of ``graph`` in which every Kiln-domain op is expanded into standard (or onnxruntime) ops."""
+    if not any(n.domain not in RUNTIME_DOMAINS for n in graph.nodes() if n.domain):
         return graph
     g = graph.clone()
     for _ in range(_EXPAND_ROUNDS):
-        custom = [n for n in g.nodes() if n.domain]
+        custom = [n for n in g.nodes() if n.domain and n.domain not in RUNTIME_DOMAINS]
         if not custom:
             return g
         for node in custom:
@@ -162,10 +165,24 @@ def _expand_custom(graph: Graph) -> Graph:
                 for o, n in zip(old, new, strict=False):
                     g.replace_all_uses(o, n)
                 if not g.has_users(node):
+                    feeders = [v for v in g.inputs_of(node) if v is not None]
                     g.remove(node)
+                    _drop_unread_constants(g, feeders)
     raise ConversionError(
         f"graph {graph.name!r}: Kiln-domain ops still present after {_EXPAND_ROUNDS} rounds of expansion"
     )
+
+
+def _drop_unread_constants(g: Graph, values: list[Value]) -> None:
+    """Remove the constants among ``values`` that nothing reads any more (an expansion that
+    re-encodes its weights, e.g. packed MatMulNBits blobs, leaves the originals unread)."""
+    for v in values:
+        if not g.has_node(v.node):
+            continue
+        producer = g.node(v.node)
+        unread = producer.op == CONSTANT_OP and not producer.domain and not g.has_users(producer)
+        if unread and not any(o.node == producer.id for o in g.outputs):
+            g.remove(producer)
 
 
 def export_onnx(graph: Graph, *, opset: int = EXPORT_OPSET) -> onnx.ModelProto:

@@ -40,7 +40,7 @@ class CompileOptions:
 
     @property
     def precision(self) -> str:
-        """The artifacts' numeric precision: fp32, fp16 or int8."""
+        """The artifacts' numeric precision: fp32, fp16, int8, or weight-only int4w / int8w."""
         return self.quant.mode if self.quant is not None else "fp32"
 
     def manifest_view(self) -> dict[str, Any]:

@@ -10,9 +10,18 @@ from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
 from compiler.pass_infra import PassContext
 from compiler.pass_manager import FixedPoint, PassManager, PipelineItem
+from compiler.quant.options import QuantOptions
 from compiler.rewriter import PassResult
 
-__all__ = ["PIPELINES", "LEGALIZATION", "pipeline", "optimize", "tvm_legalization", "instruments_for"]
+__all__ = [
+    "PIPELINES",
+    "LEGALIZATION",
+    "pipeline",
+    "optimize",
+    "tvm_legalization",
+    "instruments_for",
+    "quantization_pipeline",
+]
 
 _BATCHNORM = FixedPoint(
     ("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"
@@ -67,6 +76,8 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
     # weight-only int8/int4 weights with --calib (a pass of the MNN backend's, registered with it)
     "legalize-mnn": [
         "fuse-quantized-ops{depthwise=0,float_out=0,gemm=0}",
+        # N-D MatMuls by constant weights as MNN's fully connected conv (bias fused, input packed once)
+        "matmul-to-gemm{image=1}",
         "normalize-gemm",
         "decompose{backend=mnn}",
         _LEGALIZE_CLEANUP,
@@ -83,12 +94,26 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
 }
 PIPELINES.update(LEGALIZATION)
 
-# --quantize: calibration and QDQ insertion (int8), or the fp16 conversion, as passes
+# --quantize: calibration and QDQ insertion (int8), the fp16 conversion, or weight-only int4/int8 of
+# MatMul/Gemm weights (canonical Gemms first; the compile's block size, scale type and grid replace
+# quantize-weights' defaults, see quantization_pipeline), as passes
 QUANTIZATION: dict[str, list[PipelineItem]] = {
-    "quantize-int8": ["calibrate", "quantize-int8", "eliminate-dead-nodes"],
+    # smooth-quant changes nothing unless --smoothquant is on
+    "quantize-int8": ["smooth-quant", "calibrate", "quantize-int8", "eliminate-dead-nodes"],
     "quantize-fp16": ["convert-fp16", "eliminate-dead-nodes"],
+    "quantize-int4w": ["normalize-gemm", "quantize-weights{bits=4}", "eliminate-dead-nodes"],
+    "quantize-int8w": ["normalize-gemm", "quantize-weights{bits=8}", "eliminate-dead-nodes"],
 }
 PIPELINES.update(QUANTIZATION)
+
+
+def quantization_pipeline(q: QuantOptions) -> list[PipelineItem]:
+    """The ``--quantize`` pipeline ``quantize-<mode>``; a weight-only one runs ``quantize-weights``
+    with the options' block size, scale type and grid."""
+    items = pipeline(f"quantize-{q.mode}")
+    if q.weight_bits is None:
+        return items
+    return [q.weight_pass_spec() if str(i).startswith("quantize-weights") else i for i in items]
 
 
 def tvm_legalization(target: str, lanes: int | None) -> list[PipelineItem]:

@@ -39,7 +39,12 @@ class QuantizeInt8(Pass):
         cal = ctx.state.get("calibrate") or calibrate_int8(graph, q, progress=progress)
         holdout = _inputs_samples(graph, ctx)
         with Rewriter(graph) as rw:
-            ctx.state[self.name] = apply_int8(graph, cal, q, progress=progress, holdout=holdout)
+            outcome = apply_int8(graph, cal, q, progress=progress, holdout=holdout)
+        smooth = ctx.state.get("smooth-quant")  # what smooth-quant folded before calibration
+        if smooth is not None:
+            outcome.smoothquant = smooth.as_json()
+            outcome.report["smoothquant"] = outcome.smoothquant
+        ctx.state[self.name] = outcome
         return rw.result
 
 

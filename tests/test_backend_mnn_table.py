@@ -99,7 +99,7 @@ def test_dropout_mask_output_refused() -> None:
 
 
 def test_weight_views_are_the_weighted_layers() -> None:
-    assert set(WEIGHT_VIEWS) == {"Conv", "kiln::FusedConv", "ConvTranspose", "Gemm", "MatMul"}
+    assert set(WEIGHT_VIEWS) == {"Conv", "kiln::FusedConv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "RNN"}
     assert set(WEIGHT_VIEWS) <= set(TABLE.ops())
 
 

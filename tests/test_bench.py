@@ -25,6 +25,7 @@ JSON_KEYS = {
     "vs",
     "ort_median_ms",
     "ratio_vs",
+    "kernel_report",
 }
 
 

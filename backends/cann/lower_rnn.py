@@ -16,7 +16,8 @@ directions: ConcatD on axis 1), Y_h / Y_c the final step of output_h / output_c
 
 Refused, with the reason: batch-major layout, activations other than (Sigmoid, Tanh, Tanh),
 ``clip`` (ONNX clips the gate pre-activations, DynamicRNN's cell_clip the cell state),
-``input_forget``, non-constant weights, non-zero peepholes, and sequence_lens other than a
+``input_forget``, non-constant weights (int8 weights, a DequantizeLinear of constants, are read as
+their float values), non-zero peepholes, and sequence_lens other than a
 constant full length (DynamicRNN's seq mask does not define ONNX's final states).
 """
 
@@ -28,6 +29,7 @@ from backends.cann.lower import Lowerer, lowering
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.types import DType, TensorType
 from compiler.ops.recurrent import resolve_activations
+from compiler.ops.registry import get_op
 from schemas.cann.om_graph import Attr, TensorDesc
 from schemas.cann.op_table import (
     DYNAMIC_RNN_ATTRS,
@@ -44,6 +46,20 @@ _DEFAULT_ACTS = ("sigmoid", "tanh", "tanh")
 def _arg(graph: Graph, node: Node, i: int) -> Value | None:
     ins = graph.inputs_of(node)
     return ins[i] if i < len(ins) else None
+
+
+def _weight(graph: Graph, v: Value | None) -> np.ndarray | None:
+    """A constant input, or the float value of a DequantizeLinear of constants (int8 W and R of
+    ``--quantize int8``, which DynamicRNN reads as float weights: the QDQ model's numbers)."""
+    if v is None or v.const is not None:
+        return None if v is None else v.const
+    p = v.producer
+    if p.op != "DequantizeLinear" or p.domain:
+        return None
+    consts = [u.const if u is not None else None for u in graph.inputs_of(p)]
+    if any(c is None for c, u in zip(consts, graph.inputs_of(p), strict=True) if u is not None):
+        return None
+    return np.asarray(get_op("DequantizeLinear").reference(consts, p.attrs, 1)[0])
 
 
 def _lstm_reason(graph: Graph, node: Node) -> str | None:
@@ -69,7 +85,7 @@ def _lstm_reason(graph: Graph, node: Node) -> str | None:
         return "input_forget=1 (coupled forget gate) has no DynamicRNN form"
     for i, what in ((1, "W"), (2, "R"), (3, "B")):
         v = _arg(graph, node, i)
-        if v is not None and v.const is None:
+        if v is not None and _weight(graph, v) is None:
             return f"{what} must be constant (DynamicRNN's w and b are weights)"
     seq = _arg(graph, node, 4)
     if seq is not None:
@@ -106,9 +122,9 @@ def _lstm(low: Lowerer, node: Node) -> None:
     steps, batch, _ = x.type.static_shape
     hid = a.hidden_size
     dirs = ["forward", "reverse"] if a.direction == "bidirectional" else [a.direction]
-    w_all, r_all = _arg(g, node, 1), _arg(g, node, 2)
-    b_v = _arg(g, node, 3)
-    assert w_all is not None and r_all is not None and w_all.const is not None and r_all.const is not None
+    w_all, r_all = _weight(g, _arg(g, node, 1)), _weight(g, _arg(g, node, 2))
+    b_all = _weight(g, _arg(g, node, 3))
+    assert w_all is not None and r_all is not None
     base = g.value(node).name
     dt = x.type.dtype
     step_t = TensorType(dt, (steps, batch, hid))
@@ -116,8 +132,8 @@ def _lstm(low: Lowerer, node: Node) -> None:
     rnns: list[str] = []
     for d, direction in enumerate(dirs):
         name = low.names.fresh(f"{base}/DynamicRNN" + ("" if len(dirs) == 1 else f"_{direction}"))
-        b = None if b_v is None or b_v.const is None else b_v.const[d]
-        w_ge, b_ge = dynamic_rnn_weights(w_all.const[d], r_all.const[d], b)
+        b = None if b_all is None else b_all[d]
+        w_ge, b_ge = dynamic_rnn_weights(w_all[d], r_all[d], b)
         inputs = [low.ref_of(x), low.const(w_ge, f"{name}/w"), low.const(b_ge, f"{name}/b"), ""]
         for port in (5, 6):
             s = _arg(g, node, port)

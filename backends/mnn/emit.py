@@ -2,26 +2,28 @@
 
 The side file is written next to the model inside the driver's temporary output
 directory, so both appear together or not at all. The int8/int4 weight plan is measured
-on the same inputs verification uses (``--inputs``, else seeded random inputs).
+on the same inputs verification uses (``--inputs``, else seeded random inputs), and recorded
+under the artifact's ``details.weight_plan``: the layers that kept fp16 (or fp32) weights and the
+worst output cosine (in onnxruntime, against fp32) with every layer quantized and as planned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from backends.mnn.options import MnnOptions
-from backends.mnn.weights import WeightStorage
-from backends.mnn.writer import write_mnn
+from backends.mnn.precision import WeightPlan
+from backends.mnn.writer import weight_plan, write_mnn
 from compiler.backend import Artifact
 from compiler.errors import OptionError
 from compiler.input_spec import check_inputs, load_inputs, random_inputs
 from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
 
-__all__ = ["emit_mnn", "mnn_options_of", "plan_feeds", "MODEL_FILE"]
+__all__ = ["emit_mnn", "mnn_options_of", "plan_feeds", "plan_record", "MODEL_FILE"]
 
 MODEL_FILE = "model.mnn"
 
@@ -42,16 +44,24 @@ def plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[s
     return random_inputs(types, options.seed)
 
 
+def plan_record(plan: WeightPlan) -> dict[str, Any]:
+    """The manifest's view of a weight plan."""
+    return {
+        "layers": plan.layers,
+        "kept": list(plan.kept),
+        "kept_fp32": list(plan.kept_fp32),
+        "cosine_all_quantized": round(float(plan.cosine_all_quantized), 8),
+        "cosine": round(float(plan.cosine), 8),
+    }
+
+
 def emit_mnn(
-    graph: Graph,
-    out_dir: Path,
-    options: CompileOptions,
-    storage: Mapping[int, WeightStorage] | None = None,
+    graph: Graph, out_dir: Path, options: CompileOptions, plan: WeightPlan | None = None
 ) -> list[Artifact]:
     """Write the legalized graph as an MNN model into the (temporary) output directory.
 
-    ``storage`` is the per-node weight storage the ``mnn-gptq-weights`` pass chose (GPTQ levels
-    with ``--calib``); None: the writer plans the storage itself (nearest rounding).
+    ``plan`` is the weight plan the ``mnn-gptq-weights`` pass made (GPTQ levels with
+    ``--calib``); None: the emitter plans the storage itself (nearest rounding).
     """
     mnn = mnn_options_of(options)
     if options.quant is not None and options.quant.mode == "fp16":
@@ -62,13 +72,19 @@ def emit_mnn(
         raise OptionError(
             "--emit mnn: MnnOptions.calib (GPTQ weight-only rounding) and --quantize are exclusive"
         )
-    feeds = plan_feeds(graph, options, mnn)
-    write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, feeds, storage)
+    if plan is None:
+        plan = weight_plan(graph, mnn, plan_feeds(graph, options, mnn))
+    write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, storage=plan.storage)
     # Full int8 (--quantize int8): QDQ regions are written as MNN int8 casts (backends.mnn.lower.quant),
     # so the artifact is judged with the int8 tolerance, like the QDQ ONNX model.
     full_int8 = options.quant is not None and options.quant.mode == "int8"
     precision = "int8" if full_int8 else mnn.precision
+    # --quantize int4w/int8w: kiln::WeightOnlyMatMul's levels as they are (the coarser of the two wins)
+    if options.quant is not None and options.quant.weight_bits is not None:
+        precision = "int4w" if "int4w" in (precision, options.quant.mode) else options.quant.mode
     from passes.choose_layout import record_layouts
 
-    details = {"layout": "NC4HW4", "layouts": record_layouts(graph, 4)}
+    details: dict[str, Any] = {"layout": "NC4HW4", "layouts": record_layouts(graph, 4)}
+    if mnn.bits is not None and mnn.target_cosine > 0.0:
+        details["weight_plan"] = plan_record(plan)
     return [Artifact(kind="mnn", target="mnn", path=MODEL_FILE, precision=precision, details=details)]

@@ -3,9 +3,10 @@
 With ``--emit mnn --mnn-weights int8|int4 --calib DATA`` (no ``--quantize``), each weight layer's
 integer levels on MNN's own grid are chosen by GPTQ, min ||(W - W_hat) X||_F over the layer's
 calibration inputs X, instead of nearest rounding (the math is in :mod:`backends.mnn.gptq_weights`);
-the fp16 fallback plan is then measured on those levels. The graph is not edited: the per-node
-storage is left in ``ctx.state["mnn-gptq-weights"]`` for the writer (node ids are the legalized
-graph's, the graph the writer gets). Without ``--calib``, and during the preflight, it does nothing.
+the fp16 fallback plan is then measured on those levels. The graph is not edited: the weight plan
+(per-node storage and what it measured) is left in ``ctx.state["mnn-gptq-weights"]`` for the writer
+(node ids are the legalized graph's, the graph the writer gets). Without ``--calib``, and during
+the preflight, it does nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ __all__ = ["MnnGptqWeights"]
 @register_pass
 @dataclass(frozen=True)
 class MnnGptqWeights(Pass):
-    """GPTQ levels of MNN int8/int4 weights into ``ctx.state["mnn-gptq-weights"]`` (no graph edits)."""
+    """The GPTQ weight plan of MNN int8/int4 weights into ``ctx.state["mnn-gptq-weights"]`` (no edits)."""
 
     name = "mnn-gptq-weights"
 
@@ -37,5 +38,5 @@ class MnnGptqWeights(Pass):
         if mnn.calib is None or options.quant is not None:  # (--quantize with it: refused by the emitter)
             return PassResult()
         plan = gptq_plan(graph, mnn, plan_feeds(graph, options, mnn), options.model.name)
-        ctx.state[self.name] = plan.storage
+        ctx.state[self.name] = plan
         return PassResult()

@@ -33,7 +33,7 @@ import numpy as np
 
 from backends.mnn.lower.registry import WeightView
 from backends.mnn.options import MnnOptions
-from backends.mnn.precision import WeightPlan, plan_weights, weight_layers
+from backends.mnn.precision import WeightPlan, layer_count, plan_weights, weight_layers
 from backends.mnn.weights import WeightStorage, quantize_weights
 from compiler.errors import KilnError
 from compiler.ir.graph import Graph, Node, Value
@@ -253,5 +253,5 @@ def gptq_plan(
     layers = weight_layers(graph)
     rounded = gptq_storage(graph, layers, options, samples)
     if feeds is None or options.target_cosine <= 0.0:
-        return WeightPlan(storage=dict(rounded), layers=len(layers))
+        return WeightPlan(storage=dict(rounded), layers=layer_count(layers))
     return plan_weights(graph, options, feeds, rounded)

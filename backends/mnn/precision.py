@@ -12,14 +12,21 @@ most damaging layers in fp16:
    the k worst layers, with k the smallest count that reaches the target (binary search,
    then a linear check upward in case the effect is not monotonic).
 
+fp16 weights are not always enough: a model whose outputs amplify a relative weight error
+of 2^-11 (efficientvit_m0 on random weights: cosine 0.98 with every layer in fp16) then
+misses the target whatever step 2 keeps. The same search runs one tier up first: when
+every layer in fp16 misses the target, the fewest layers that must stay fp32 (the others
+fp16) are found the same way, and step 2 then runs over the remaining layers.
+
 With ``rounded`` (per-node int storage carrying precomputed levels, e.g. GPTQ's from
 :mod:`backends.mnn.gptq_weights`) the trials decode those levels instead of rounding the
 float weights to nearest, and the plan's storage keeps them for the layers left quantized.
 
 The target is ``MnnOptions.target_cosine`` raised by 10% of its distance to 1, so MNN's
-own float arithmetic cannot tip a borderline plan below it. The evaluation runs in
-onnxruntime, single-threaded so the plan (and the file) is the same on every run, on one
-exported model whose planned weights are graph inputs: one session serves every trial.
+own float arithmetic cannot tip a borderline plan below it. The trials and the search are
+:mod:`compiler.quant.layer_fallback`'s (shared with weight-only quantization): onnxruntime,
+single-threaded so the plan (and the file) is the same on every run, on one exported model
+whose planned weights are graph inputs, one session for every trial.
 """
 
 from __future__ import annotations
@@ -34,17 +41,16 @@ from backends.mnn.lower.registry import WeightView
 from backends.mnn.lower.table import WEIGHT_VIEWS
 from backends.mnn.options import MnnOptions
 from backends.mnn.weights import WeightStorage, decoded_weights
-from compiler.errors import KilnError
 from compiler.ir.graph import Graph, Node
 from compiler.ir.types import TensorType
-from compiler.metrics import agreement
+from compiler.quant.layer_fallback import MARGIN, WeightTrials, goal_of, tiered_fallback
 
-__all__ = ["WeightPlan", "plan_weights", "weight_layers", "MARGIN"]
+__all__ = ["WeightPlan", "plan_weights", "weight_layers", "layer_count", "MARGIN"]
 
 log = logging.getLogger(__name__)
 
-MARGIN = 0.1
 FALLBACK = WeightStorage("fp16")
+FLOAT = WeightStorage("fp32")
 
 
 @dataclass
@@ -52,69 +58,38 @@ class WeightPlan:
     """Per-node storage overrides and what the plan measured."""
 
     storage: dict[int, WeightStorage] = field(default_factory=dict)
-    kept: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # layers with fp16 weights
+    kept_fp32: list[str] = field(default_factory=list)  # layers with fp32 weights
     cosine_all_quantized: float = 1.0
     cosine: float = 1.0
     layers: int = 0
 
 
 def weight_layers(graph: Graph) -> list[tuple[Node, WeightView]]:
-    """Nodes whose weights MNN stores compressed, with their weight views (graph order)."""
+    """Nodes whose weights MNN stores compressed, with their weight views (graph order).
+
+    A node with several weight inputs (an LSTM's W and R) appears once per view; its views share
+    the node's storage, so the plan keeps the node in fp16 when any of them needs it.
+    """
     out = []
     for node in graph.ops():
         weight = WEIGHT_VIEWS.get(node.qualified_op)
         if weight is None:
             continue
-        view = weight(graph, node)
-        if view is not None:
-            out.append((node, view))
+        views = weight(graph, node)
+        for view in views if isinstance(views, tuple) else [views]:
+            if view is not None:
+                out.append((node, view))
     return out
 
 
-class _Trials:
-    """One onnxruntime session over a copy of the graph whose planned weights are inputs."""
+def layer_count(layers: list[tuple[Node, WeightView]]) -> int:
+    """The number of distinct nodes among weight layers."""
+    return len({node.id for node, _ in layers})
 
-    def __init__(self, graph: Graph, layers: list[tuple[Node, WeightView]], feeds: Mapping[str, np.ndarray]):
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise KilnError(
-                "planning int8/int4 MNN weights needs onnxruntime (or pass --mnn-min-cosine 0)"
-            ) from None
-        from compiler.onnx_export import export_onnx, model_bytes
 
-        probe = graph.clone()
-        self.names: list[str] = []
-        for node, view in layers:
-            n = probe.node(node.id)
-            old = probe.inputs_of(n)[view.port]
-            assert old is not None
-            name = probe.unique_name(f"__kiln_weight_{node.id}")
-            probe.set_input(n, view.port, probe.add_input(name, TensorType.of(view.restore(view.rows))))
-            self.names.append(name)
-            if not probe.has_users(old.producer):
-                probe.remove(old.producer)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        self.session = ort.InferenceSession(
-            model_bytes(export_onnx(probe)), so, providers=["CPUExecutionProvider"]
-        )
-        wanted = {i.name for i in self.session.get_inputs()}
-        self.feeds = {k: np.asarray(v) for k, v in feeds.items() if k in wanted}
-        self.reference: list[np.ndarray] = []
-
-    def run(self, weights: list[np.ndarray]) -> list[np.ndarray]:
-        """The outputs with these weights (in layer order)."""
-        feeds = dict(self.feeds)
-        feeds.update(zip(self.names, weights, strict=True))
-        return [np.asarray(o) for o in self.session.run(None, feeds)]
-
-    def cosine(self, weights: list[np.ndarray]) -> float:
-        """The worst output cosine against the reference."""
-        outs = self.run(weights)
-        return min(agreement(o, r).cosine for o, r in zip(outs, self.reference, strict=True))
+def _name(node: Node) -> str:
+    return node.name or node.output_names[0]
 
 
 def plan_weights(
@@ -126,17 +101,18 @@ def plan_weights(
     """The weight plan for ``graph`` under ``options`` (empty unless int8/int4 with a target).
 
     ``rounded``: int storage per node id with precomputed levels; the plan measures and keeps
-    them (``plan.storage`` then holds every layer's storage, fp16 for the fallback layers).
+    them (``plan.storage`` then holds every layer's storage, fp16/fp32 for the fallback layers).
     """
     default = WeightStorage.of(options)
     target = options.target_cosine
     layers = weight_layers(graph)
     chosen = dict(rounded or {})
-    plan = WeightPlan(storage=dict(chosen), layers=len(layers))
+    plan = WeightPlan(storage=dict(chosen), layers=layer_count(layers))
     if default.bits is None or target <= 0.0 or not layers:
         return plan
-    goal = target + MARGIN * (1.0 - target)
-    trials = _Trials(graph, layers, feeds)
+    goal = goal_of(target)
+    slots = [(node, view.port, TensorType.of(view.restore(view.rows))) for node, view in layers]
+    trials = WeightTrials(graph, slots, [feeds], "planning int8/int4 MNN weights (or --mnn-min-cosine 0)")
     float_w = [view.restore(view.rows) for _, view in layers]
     quant_w = [
         view.restore(
@@ -146,42 +122,25 @@ def plan_weights(
     ]
     half_w = [view.restore(decoded_weights(view.rows, FALLBACK)) for _, view in layers]
     trials.reference = trials.run(float_w)
-    plan.cosine = plan.cosine_all_quantized = trials.cosine(quant_w)
-    if plan.cosine >= goal:
+    found = tiered_fallback(trials, [quant_w, half_w, float_w], goal)
+    plan.cosine_all_quantized, plan.cosine = found.cosine_all_low, found.cosine
+    if found.cosine_all_low >= goal:
         return plan
-    scores = []
-    for i in range(len(layers)):
-        mixed = list(half_w)
-        mixed[i] = quant_w[i]
-        scores.append((trials.cosine(mixed), i))
-    order = [i for _, i in sorted(scores)]
-
-    def mix(k: int) -> list[np.ndarray]:
-        keep = set(order[:k])
-        return [half_w[i] if i in keep else quant_w[i] for i in range(len(layers))]
-
-    lo, hi = 1, len(order)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if trials.cosine(mix(mid)) >= goal:
-            hi = mid
-        else:
-            lo = mid + 1
-    k = lo
-    cos = trials.cosine(mix(k))
-    while cos < goal and k < len(order):
-        k += 1
-        cos = trials.cosine(mix(k))
-    plan.cosine = cos
-    for i in sorted(order[:k]):
-        node = layers[i][0]
-        plan.storage[node.id] = FALLBACK
-        plan.kept.append(node.name or node.output_names[0])
+    fp16, fp32 = found.raised
+    cos = found.cosine
+    # per node, the most precise storage any of its views needs (fp32 over fp16), in graph order
+    kept = {layers[i][0].id: FALLBACK for i in fp16} | {layers[i][0].id: FLOAT for i in fp32}
+    for node in {node.id: node for node, _ in layers}.values():
+        storage = kept.get(node.id)
+        if storage is not None:
+            plan.storage[node.id] = storage
+            (plan.kept_fp32 if storage is FLOAT else plan.kept).append(_name(node))
     log.info(
-        "MNN %s weights: %d of %d layers keep fp16 (cosine %.6f -> %.6f, target %.4f)",
+        "MNN %s weights: %d of %d layers keep fp16, %d fp32 (cosine %.6f -> %.6f, target %.4f)",
         options.weights,
-        k,
-        len(layers),
+        len(plan.kept),
+        plan.layers,
+        len(plan.kept_fp32),
         plan.cosine_all_quantized,
         cos,
         target,

@@ -24,7 +24,23 @@ from compiler.input_spec import random_inputs
 from compiler.ir.graph import Graph
 from schemas.mnn.external import side_file
 
-__all__ = ["mnn_bytes", "write_mnn"]
+__all__ = ["mnn_bytes", "write_mnn", "weight_plan"]
+
+
+def weight_plan(
+    graph: Graph, options: MnnOptions, feeds: Mapping[str, np.ndarray] | None = None
+) -> WeightPlan:
+    """The int8/int4 weight plan of ``graph`` (empty for float storage or ``min_cosine`` 0).
+
+    ``feeds`` default to seeded random normal inputs, as ``kiln compile`` verifies without
+    ``--inputs``. Node ids are ``graph``'s (folding weight dequantization keeps them).
+    """
+    if options.target_cosine <= 0.0:
+        return WeightPlan()
+    graph = fold_weight_dequant(graph)
+    if feeds is None:
+        feeds = random_inputs(graph.input_types(), 0)
+    return plan_weights(graph, options, feeds)
 
 
 def mnn_bytes(
@@ -44,12 +60,7 @@ def mnn_bytes(
     graph = fold_weight_dequant(graph)
     check_supported(graph, source)
     if storage is None:
-        plan = WeightPlan()
-        if options.target_cosine > 0.0:
-            if feeds is None:
-                feeds = random_inputs(graph.input_types(), 0)
-            plan = plan_weights(graph, options, feeds)
-        storage = plan.storage
+        storage = weight_plan(graph, options, feeds).storage
     net, external = lower_graph(graph, options, source, storage)
     data = serialize(net)
     return data, (external.getvalue() if external is not None else None)

@@ -3,7 +3,8 @@
 Its artifacts run in onnxruntime, the default runner of :mod:`compiler.runners` (``runtime``
 None). It needs no legalization and no static shapes; it writes every default-domain op of the
 op registry as itself, and a Kiln-domain op (``kiln::FusedConv``, ``kiln::QConv``...) only
-through its ``OpDef.expand`` into standard ops: one without an expansion has no ONNX form.
+through its ``OpDef.expand`` into standard ops (or onnxruntime's ``com.microsoft`` ops, which it
+writes as they are): one without an expansion has no ONNX form.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import onnx
 import onnx.defs
 
 from compiler.backend import Artifact, BackendBase, CapabilityTable, OpSupport
+from compiler.ops.matmul_nbits import RUNTIME_DOMAINS
 from compiler.ops.registry import OpDef, all_ops
 
 if TYPE_CHECKING:
@@ -28,7 +30,8 @@ __all__ = ["BACKEND", "OnnxBackend", "onnx_table"]
 
 @cache
 def onnx_table() -> CapabilityTable[OpDef]:
-    """Every registered op the exporter can write (``lower`` is its OpDef; dynamic shapes allowed).
+    """Every registered op the exporter can write (``lower`` is its OpDef; dynamic shapes allowed):
+    default-domain ops, Kiln ops with an expansion and onnxruntime's contrib ops (written as they are).
 
     A default-domain op is checked against its ONNX schema at the opset it is exported at: an
     element type that schema does not allow (Celu on float16 before opset 28) has no ONNX form.
@@ -36,7 +39,7 @@ def onnx_table() -> CapabilityTable[OpDef]:
     entries = {
         d.qualified: OpSupport(d, None if d.domain else _schema_dtype_check)
         for d in all_ops()
-        if not d.domain or d.expand is not None
+        if not d.domain or d.expand is not None or d.domain in RUNTIME_DOMAINS
     }
     return CapabilityTable("onnx", entries, requires_static=False)
 

@@ -17,6 +17,7 @@ from compiler.ops import (  # noqa: F401  (registration side effects)
     layout_transform,
     linalg,
     logic,
+    matmul_nbits,
     normalization,
     pooling,
     qconv,
@@ -32,6 +33,8 @@ from compiler.ops import (  # noqa: F401  (registration side effects)
     tensor_data,
     tensor_index,
     tensor_shape,
+    weight_only,
+    weight_only_gather,
 )
 from compiler.ops.registry import OpDef, all_ops, get_op, has_op, register
 

@@ -22,6 +22,23 @@ operands, data flow; never names) and keeps its elementwise ops in float:
 
 ``measured`` rules keep their nodes float by default; a measurement may still admit one to int8
 where it is safe (:mod:`compiler.quant.admission`).
+
+**Forms.** Some op classes can be int8 in more than one way; :data:`QUANT_FORMS` lists each
+class's candidate forms, most int8 first, and :mod:`compiler.quant.forms` picks one per node by
+measurement. The recurrent ops (LSTM, GRU, RNN), whose state stays float:
+
+* ``int8-input``: X on its calibrated per-tensor grid and W, R int8 per gate row, so the input
+  projection x_t Wᵀ of every step is an int8 GEMM (q(X) W_qᵀ over all steps at once, with float
+  accumulation scaled by s_x s_w), the recurrence H Rᵀ uses dequantized R on the float state:
+  LSTM(dq(q(X)), dq(W_q), dq(R_q), B). This is the hoisted int8 projection in QDQ form. Hoisting it
+  into the graph instead (a MatMul over all steps feeding LSTM(X Wᵀ, I, R, B)) gives the same
+  numbers, but ONNX's LSTM has no form that takes precomputed gate inputs: the identity W makes
+  every step multiply by a [G*H, G*H] matrix instead of [G*H, input] (4x for lstm_text).
+* ``weight-only``: W and R int8 per gate row, X and the state float: LSTM(X, dq(W_q), dq(R_q), B).
+
+The first form whose measured cost fits the admission budget wins (int8 costs nothing
+measurable); else the form with the best measured SQNR. Without a measurement the last
+(most conservative) form is taken.
 """
 
 from __future__ import annotations
@@ -33,7 +50,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from compiler.ir.graph import Graph, Node, Value
 
-__all__ = ["QuantRule", "QUANT_RULES", "quant_rule", "float_by_rule", "rule_named", "ELEMENTWISE"]
+__all__ = [
+    "QuantRule",
+    "QUANT_RULES",
+    "quant_rule",
+    "float_by_rule",
+    "rule_named",
+    "ELEMENTWISE",
+    "QuantForm",
+    "QUANT_FORMS",
+    "quant_forms",
+    "keeps_last_axis",
+]
 
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Erf", "Tanh"})
 _AFFINE = frozenset({"Add", "Sub", "Mul", "Div"})
@@ -88,6 +116,54 @@ def rule_named(name: str) -> QuantRule:
         if rule.name == name:
             return rule
     raise KeyError(f"no quantization rule {name!r}")
+
+
+@dataclass(frozen=True)
+class QuantForm:
+    """One int8 form of an op class: ``weight_only`` leaves the input activations float."""
+
+    name: str
+    weight_only: bool
+    doc: str
+
+
+INT8_INPUT = QuantForm("int8-input", False, "input GEMM int8 (X and W), R int8, float state")
+WEIGHT_ONLY = QuantForm("weight-only", True, "W and R int8, X and state float")
+QUANT_FORMS: dict[str, tuple[QuantForm, ...]] = {
+    op: (INT8_INPUT, WEIGHT_ONLY) for op in ("LSTM", "GRU", "RNN")
+}
+
+
+def quant_forms(node: Node) -> tuple[QuantForm, ...]:
+    """The candidate int8 forms of ``node``'s op class, most int8 first (() for a single form)."""
+    return () if node.domain else QUANT_FORMS.get(node.op, ())
+
+
+_SAME_LAST = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def keeps_last_axis(graph: Graph, node: Node) -> bool:
+    """True when ``node`` moves values of its input 0 without mixing its last axis: every out[..., j]
+    is some in[..., j] (a per-channel scale along the last axis passes through it unchanged).
+
+    A reshape keeping the last dim (row-major: the flat index mod K is j), a Transpose keeping the
+    last axis last, a Gather along another axis.
+    """
+    if node.domain or node.num_outputs != 1:
+        return False
+    x = graph.inputs_of(node)[0] if node.num_inputs else None
+    xs, ys = (x.type.shape if x is not None else None), node.output_types[0].shape
+    if x is None or not xs or not ys or not isinstance(xs[-1], int) or xs[-1] != ys[-1]:
+        return False
+    rank = len(xs)
+    if node.op in _SAME_LAST:
+        return True
+    if node.op == "Transpose":
+        perm = node.attrs.perm
+        return perm is not None and perm[-1] in (-1, rank - 1)
+    if node.op == "Gather":
+        return node.attrs.axis not in (-1, rank - 1)
+    return False
 
 
 def _computed(graph: Graph, node: Node) -> list[Value]:

@@ -39,7 +39,7 @@ import numpy as np
 
 from compiler.ir.types import Dim, DType, TensorType
 from compiler.ops.inputs import arg, first
-from compiler.ops.registry import InferContext, OpDef, register
+from compiler.ops.registry import InferContext, OpDef, QuantPolicy, QuantSpec, register
 from compiler.ops.shapes import merge_dim
 
 __all__ = ["RNNAttrs", "GRUAttrs", "LSTMAttrs", "ACTIVATIONS", "resolve_activations"]
@@ -324,6 +324,12 @@ _DOCS = {
     "LSTM": "i, o, f = f(...) (peepholes), C' = f ⊙ C + i ⊙ g(...), H' = o ⊙ h(C'); outputs Y, Y_h, Y_c",
 }
 
+# int8: W [dirs, gates*hidden, input] and R [dirs, gates*hidden, hidden] per gate row (axis 1; one
+# scale per row, shared by a bidirectional layer's two directions), X (port 0) on its calibrated grid
+# only in the int8-input form; the state, and so every output, stays float. The form is chosen per
+# node by measurement (compiler/ops/quant_rules.py, QUANT_FORMS).
+_RNN_QSPEC = QuantSpec(weight_axis=lambda attrs, rank: 1, bias=None, weights=(2,), float_output=True)
+
 for _op, _attrs, _max_in in (("RNN", RNNAttrs, 6), ("GRU", GRUAttrs, 6), ("LSTM", LSTMAttrs, 8)):
     register(
         OpDef(
@@ -333,6 +339,8 @@ for _op, _attrs, _max_in in (("RNN", RNNAttrs, 6), ("GRU", GRUAttrs, 6), ("LSTM"
             _attrs,
             inputs=(3, _max_in),
             outputs=(0, 1 + _KINDS[_op].states),
+            quant=QuantPolicy.WEIGHTED,
+            qspec=_RNN_QSPEC,
             doc=_DOCS[_op],
         )
     )

@@ -90,6 +90,10 @@ class QuantSpec:
     an input read by this op alone is quantized straight onto the op's output grid, so that
     the op's own requantization is exact (one rounding instead of two). For a clamp,
     q(x) on the grid of [0, b] already is relu(x) on that grid.
+
+    ``weights`` are further constant weight ports quantized like ``weight`` (an RNN's R), and
+    ``float_output`` marks ops that compute in float whatever their inputs (an RNN's recurrent
+    state): their outputs are not put on an int8 grid; each quantized reader quantizes its input.
     """
 
     activations: tuple[int, ...] | None = (0,)
@@ -97,6 +101,8 @@ class QuantSpec:
     weight_axis: Callable[[Any, int], int] = lambda attrs, rank: 0
     bias: int | None = 2
     shares_output_grid: bool = False
+    weights: tuple[int, ...] = ()
+    float_output: bool = False
 
 
 @dataclass(frozen=True)

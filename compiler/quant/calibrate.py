@@ -108,6 +108,12 @@ def graph_runner(graph: Graph, names: Sequence[str], runtime: str = "onnxruntime
 
     graph_inputs = {v.name for v in graph.inputs}
     computed = [n for n in names if n not in graph_inputs]
+    if not computed:  # only graph inputs observed (an LSTM reading x): nothing to run
+
+        def run_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {k: np.asarray(feeds[k]) for k in names}
+
+        return run_feeds
     probe = graph.clone()
     probe.set_outputs([Value(by_name[n].node, by_name[n].port, probe) for n in computed], names=computed)
     so = ort.SessionOptions()

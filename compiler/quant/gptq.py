@@ -67,13 +67,23 @@ Column = Callable[[int, np.ndarray], np.ndarray]
 
 
 def gptq_columns(
-    w: np.ndarray, h: np.ndarray, round_column: Column, decode_column: Column, *, damp: float = DAMP
+    w: np.ndarray,
+    h: np.ndarray,
+    round_column: Column,
+    decode_column: Column,
+    *,
+    damp: float = DAMP,
+    lazy_block: int | None = None,
 ) -> np.ndarray:
     """GPTQ levels Q (rows x K, float64) of ``w`` on any per-column grid.
 
     ``round_column(k, w_k)`` gives column k's levels for its current (error-fed) values and
     ``decode_column(k, q_k)`` the weights they stand for; k is the column's index in ``w``.
     Columns go by decreasing diag H (stable), a column no input reaches gets H_kk = 1.
+
+    ``lazy_block`` B: GPTQ's lazy batch updates (the same result in exact arithmetic, float64
+    sums in another order): the errors of B consecutive columns update the columns inside the
+    batch one by one and every later column once, as one product E · U[batch, later].
     """
     h = np.asarray(h, np.float64).copy()
     dead = np.diag(h) <= 0.0
@@ -82,11 +92,20 @@ def gptq_columns(
     u = upper_inverse_factor(h[np.ix_(order, order)], damp)
     work = np.asarray(w, np.float64)[:, order].copy()
     q = np.zeros(work.shape, np.float64)
-    for j, k in enumerate(order):
-        qk = round_column(int(k), work[:, j])
-        q[:, k] = qk
-        err = (work[:, j] - decode_column(int(k), qk)) / u[j, j]
-        work[:, j + 1 :] -= np.outer(err, u[j, j + 1 :])
+    k_all = work.shape[1]
+    step = max(1, k_all if lazy_block is None else int(lazy_block))
+    for lo in range(0, k_all, step):
+        hi = k_all if lazy_block is None else min(lo + step, k_all)
+        errs = np.zeros((work.shape[0], hi - lo), np.float64)
+        for j in range(lo, hi):
+            k = int(order[j])
+            qk = round_column(k, work[:, j])
+            q[:, k] = qk
+            err = (work[:, j] - decode_column(k, qk)) / u[j, j]
+            work[:, j + 1 : hi] -= np.outer(err, u[j, j + 1 : hi])
+            errs[:, j - lo] = err
+        if hi < k_all:
+            work[:, hi:] -= errs @ u[lo:hi, hi:]
     return q
 
 

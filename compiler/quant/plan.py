@@ -10,6 +10,9 @@ Pattern-level policy (:mod:`compiler.ops.quant_rules`): an ACTIVATION op that a 
 recognises (the elementwise ops of a decomposed LayerNorm or a GELU chain, a transformer block's
 residual Add, the input of a Softmax) stays float; the plan lists it in ``by_rule`` with the
 rule's name, so that a measurement may still admit it (see :mod:`compiler.quant.quantize`).
+An op class with several int8 forms (:data:`compiler.ops.quant_rules.QUANT_FORMS`, the recurrent
+ops) is planned in its most conservative form until a measurement picks one
+(:mod:`compiler.quant.forms`); a weight-only node is listed in ``weight_only``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from compiler.ir.graph import Graph, Node, Value
-from compiler.ops.quant_rules import float_by_rule
+from compiler.ops.quant_rules import float_by_rule, quant_forms
 from compiler.ops.registry import QuantPolicy, QuantSpec, get_op
 
 __all__ = ["QuantPlan", "make_plan", "node_label", "activation_ports", "keep_float_match"]
@@ -35,6 +38,7 @@ class QuantPlan:
     ``float_tail``: ops past the last weighted layer stay float, and a quantized node whose
     output only float ops read dequantizes in its epilogue (no 8-bit rounding of that output).
     ``by_rule``: nodes the pattern-level policy kept float (node id -> rule name), plan order.
+    ``weight_only``: planned nodes whose weights alone are int8 (their input activations stay float).
     """
 
     nodes: list[int] = field(default_factory=list)
@@ -43,6 +47,7 @@ class QuantPlan:
     carried: list[int] = field(default_factory=list)
     float_tail: bool = False
     by_rule: dict[int, str] = field(default_factory=dict)
+    weight_only: frozenset[int] = frozenset()
 
 
 def node_label(node: Node) -> str:
@@ -167,6 +172,9 @@ def make_plan(
                 plan.skipped[node_label(node)] = rule.why()
                 continue
         plan.nodes.append(node.id)
+        forms = quant_forms(node)
+        if forms and forms[-1].weight_only:
+            plan.weight_only = plan.weight_only | {node.id}
     plan.observe = list(observe)
     return plan
 
@@ -175,4 +183,7 @@ def _activations(node: Node, graph: Graph) -> list[str]:
     """Names of the non-constant activation inputs and float outputs of a planned node."""
     ins = graph.inputs_of(node)
     names = [v.name for p in activation_ports(node, graph) if (v := ins[p]) is not None and v.const is None]
+    spec = get_op(node.op, node.domain).qspec
+    if spec is not None and spec.float_output:
+        return names
     return names + [v.name for v in graph.outputs_of(node) if v.type.dtype.is_float]

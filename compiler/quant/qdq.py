@@ -10,6 +10,10 @@ For a quantized node n:
 * each float output y is replaced, for every consumer, by dq(q(y)), so the value
   exists only on its int8 grid, as an integer kernel would produce it.
 
+Further constant weights (an RNN's R, ``QuantSpec.weights``) are quantized like W. A node in
+``plan.weight_only`` gets only its weights quantized, and an op whose ``QuantSpec.float_output``
+is set (a recurrent state) keeps its outputs float: each quantized reader quantizes its input.
+
 A constant operand of an ACTIVATION op (the c of Add(x, c)) is quantized per tensor
 on its own [min c, max c] with the type and symmetry of the activation it meets
 (uint8: 256 levels over a one-signed constant, where symmetric int8 has 128).
@@ -29,8 +33,9 @@ Which grids are shared (each sharing removes a rounding, and none adds one):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -122,10 +127,17 @@ def share_grids(graph: Graph, plan: QuantPlan, params: Mapping[str, QParams]) ->
 
 
 class _Inserter:
-    def __init__(self, graph: Graph, params: Mapping[str, QParams], per_channel: bool) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        params: Mapping[str, QParams],
+        per_channel: bool,
+        weight_only: frozenset[int] = frozenset(),
+    ) -> None:
         self.g = graph
         self.params = params
         self.per_channel = per_channel
+        self.weight_only = weight_only
         self.dq_cache: dict[tuple[int, int], Value] = {}
         self.dq_nodes: set[int] = set()  # the activation DequantizeLinear nodes created
         self.result = QdqResult()
@@ -166,7 +178,7 @@ class _Inserter:
         opdef = get_op(node.op, node.domain)
         ins = self.g.inputs_of(node)
         label = node_label(node)
-        ports = activation_ports(node, self.g)
+        ports = [] if node.id in self.weight_only else activation_ports(node, self.g)
         x_params: QParams | None = None
         meets: QParams | None = None  # the parameters of the first non-constant activation
         for port in ports:
@@ -201,7 +213,26 @@ class _Inserter:
                 )
             self.result.weights[label] = wp
             self.g.set_input(node, spec.weight, self.const_dq(arr, wp, f"{label}_w"))
+            for port in spec.weights:
+                self._extra_weight(node, port, ins, spec.weight_axis, f"{label}_w{port}")
         self.result.quantized_nodes.append(label)
+
+    def _extra_weight(
+        self, node: Node, port: int, ins: list[Value | None], axis_of: Callable[[Any, int], int], base: str
+    ) -> None:
+        """A further constant weight (``QuantSpec.weights``): int8, per channel like the first."""
+        v = ins[port] if port < len(ins) else None
+        if v is None or v.const is None or not v.type.dtype.is_float:
+            return
+        arr = v.const
+        wp = weight_params(arr, axis_of(node.attrs, arr.ndim) if self.per_channel else None)
+        self.result.weights[f"{node_label(node)}:in{port}"] = wp
+        self.g.set_input(node, port, self.const_dq(arr, wp, base))
+
+    def float_out(self, node: Node) -> bool:
+        """The node computes in float (weight-only, or a float state): its outputs stay float."""
+        spec = get_op(node.op, node.domain).qspec
+        return node.id in self.weight_only or (spec is not None and spec.float_output)
 
     @staticmethod
     def _bias_ok(node: Node, c: np.ndarray, wp: QParams) -> bool:
@@ -241,13 +272,13 @@ def insert_qdq(
     per_channel: bool = True,
 ) -> QdqResult:
     """Rewrite ``graph`` in place into QDQ form for the planned nodes (grids shared first)."""
-    ins = _Inserter(graph, share_grids(graph, plan, params), per_channel)
+    ins = _Inserter(graph, share_grids(graph, plan, params), per_channel, plan.weight_only)
     nodes = [graph.node(i) for i in plan.nodes if graph.has_node(i)]
     for node in nodes:
         ins.quantize_node(node)
     int8_readers = _int8_readers(graph, plan) if plan.float_tail else set(plan.nodes) | set(plan.carried)
     for node in nodes:
-        if node.id in int8_readers:
+        if node.id in int8_readers and not ins.float_out(node):
             ins.quantize_outputs(node)
     for node in [graph.node(i) for i in plan.carried if graph.has_node(i)]:
         if node.id in int8_readers:
@@ -262,12 +293,13 @@ def _int8_readers(graph: Graph, plan: QuantPlan) -> set[int]:
     (int32 accumulator * scale + bias -> float): no 8-bit rounding of that output.
     """
     planned, carried = set(plan.nodes), set(plan.carried)
+    int8_in = planned - plan.weight_only  # a weight-only node reads float activations
     readers: set[int] = set()
     for node in reversed(graph.ops()):
         if node.id not in planned and node.id not in carried:
             continue
         for v in graph.outputs_of(node):
             for user, _ in graph.users(v):
-                if user.id in planned or (user.id in carried and user.id in readers):
+                if user.id in int8_in or (user.id in carried and user.id in readers):
                     readers.add(node.id)
     return readers

@@ -5,6 +5,7 @@ ranges  = calibrate(graph, plan.observe, samples)  # or read --scales FILE
 params  = activation_params(ranges)                # (s, z) per activation
 biases  = estimate_bias_corrections(...)           # --bias-correction: b' = b - E[ỹ - y]
 admit   = admit_by_measurement(...)                # rule-float ops whose int8 costs nothing measurable
+forms   = choose_forms(...)                        # per RNN node: int8-input or weight-only, measured
 report  = compute_sensitivity(...)                 # each layer alone; the full int8 model
 floats  = choose_fallback(report, floor)           # layers back to float until the floor holds
 insert_qdq(graph, plan - floats, params)           # int8 weights, int32 bias, QDQ pairs
@@ -31,6 +32,7 @@ import numpy as np
 
 from compiler.errors import KilnError, OptionError, VerificationFailed
 from compiler.ir.graph import Graph
+from compiler.quant.forms import FormChoice, choose_forms
 from compiler.quant.mixed_precision import FallbackResult
 from compiler.quant.options import QuantOptions
 from compiler.quant.params import QParams
@@ -79,6 +81,8 @@ class QuantOutcome:
     floor: dict[str, Any] = field(default_factory=dict)
     admitted: list[str] = field(default_factory=list)
     calibration: dict[str, Any] = field(default_factory=dict)
+    forms: list[FormChoice] = field(default_factory=list)
+    smoothquant: dict[str, Any] = field(default_factory=dict)
 
     @property
     def final_scores(self) -> dict[str, Score]:
@@ -232,6 +236,7 @@ def _analyse(outcome: QuantOutcome, q: QuantOptions, progress: bool, holdout: Se
         outcome.floor["action"] = "off" if floor is None else f"not measured ({why})"
         if floor is not None:
             log.warning("int8 SQNR floor %g dB not measured: %s", floor, why)
+        outcome.plan, outcome.forms = choose_forms(fg, outcome.plan, params, [], floor)
         return outcome.plan
     base, held = (ev, holdout) if ev else (list(holdout), [])
     outcome.floor["measured_on"] = {"calibration_samples": len(ev), "inputs_samples": len(holdout)}
@@ -241,6 +246,9 @@ def _analyse(outcome: QuantOutcome, q: QuantOptions, progress: bool, holdout: Se
         outcome.plan, outcome.admitted = admit_by_measurement(
             fg, outcome.plan, params, base, floor, per_channel=q.per_channel, biases=outcome.biases
         )
+    outcome.plan, outcome.forms = choose_forms(
+        fg, outcome.plan, params, base, floor, per_channel=q.per_channel, biases=outcome.biases
+    )
     plan = outcome.plan
     full = quantized_graph(fg, plan, plan.nodes, params, q.per_channel, outcome.biases)
     outcome.sensitivity = compute_sensitivity(
@@ -326,6 +334,8 @@ def summary(outcome: QuantOutcome, q: QuantOptions) -> dict[str, Any]:
         for name in outcome.plan.by_rule.values():
             rules[name] = rules.get(name, 0) + 1
         doc["policy"] = {"kept_float_by_rule": dict(sorted(rules.items())), "admitted": outcome.admitted}
+    if outcome.forms:
+        doc.setdefault("policy", {})["forms"] = {c.name: c.as_json() for c in outcome.forms}
     return doc
 
 

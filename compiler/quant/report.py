@@ -60,6 +60,7 @@ def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
         f"- bias correction: {_bias_line(outcome) if q.bias_correction else 'off'}",
         f"- planned layers: {len(sens.layers)}; in int8: {len(sens.layers) - len(float_set)}",
         f"- policy: {_policy_line(outcome)}",
+        *_smooth_lines(outcome),
         "",
         "SQNR = 10 log10(sum y^2 / sum (y_q - y)^2) over the evaluation samples (dB); cosine of y_q and y.",
         "",
@@ -94,6 +95,7 @@ def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
         )
         lines += ["", "Float fallbacks:", ""]
         lines += [f"{i}. `{_cell(name)}`" for i, name in enumerate(fb.float_layers, 1)]
+    lines += _form_lines(outcome)
     lines += [
         "",
         "## Layers",
@@ -122,6 +124,34 @@ def _policy_line(outcome: QuantOutcome) -> str:
         counts[name] = counts.get(name, 0) + 1
     listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     return f"kept float by rule: {listed}; admitted to int8 by measurement: {len(outcome.admitted)}"
+
+
+def _smooth_lines(outcome: QuantOutcome) -> list[str]:
+    sq = outcome.smoothquant
+    if not sq:
+        return []
+    groups = sq.get("groups", [])
+    moved = sum(1 for g in groups if g.get("alpha") is not None)
+    return [
+        f"- SmoothQuant ({sq.get('alpha')}): {moved} of {len(groups)} foldable group(s) smoothed, "
+        f"{len(sq.get('not_smoothed', {}))} layer(s) not foldable"
+    ]
+
+
+def _form_lines(outcome: QuantOutcome) -> list[str]:
+    if not outcome.forms:
+        return []
+    lines = [
+        "",
+        "## Int8 forms",
+        "",
+        "| layer | op | form | measured worst-output SQNR (dB) |",
+        "|---|---|---|---|",
+    ]
+    for c in outcome.forms:
+        measured = ", ".join(f"{k} {_db(v)}" for k, v in c.sqnr_db.items()) or "not measured"
+        lines.append(f"| {_cell(c.name)} | {_cell(c.op)} | {c.form} | {measured} |")
+    return lines
 
 
 def _bias_line(outcome: QuantOutcome) -> str:

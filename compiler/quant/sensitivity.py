@@ -262,9 +262,9 @@ def _layer_graph(
     if biases and node_id in biases:
         apply_bias_corrections(sub, {new_id: biases[node_id]}, [new_id])
     carried = [ids[n] for n in plan.carried if n in ids]
-    insert_qdq(
-        sub, dataclasses.replace(plan, nodes=[new_id], carried=carried), params, per_channel=per_channel
-    )
+    weight_only = frozenset(ids[n] for n in plan.weight_only if n in ids)
+    one = dataclasses.replace(plan, nodes=[new_id], carried=carried, weight_only=weight_only)
+    insert_qdq(sub, one, params, per_channel=per_channel)
     outs = list(zip(sub.outputs, sub.output_names, strict=True))[:n_out]
     return sub, fed, outs
 

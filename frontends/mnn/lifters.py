@@ -288,7 +288,9 @@ _BINARY = {
     M.BinaryOpOperation.LESS: "Less",
     M.BinaryOpOperation.EQUAL: "Equal",
 }
-_BINARY_CONST = {  # no Kiln op: only folded (shape arithmetic), C-style integer remainder as MNN's MOD
+# MNN's MOD is the C-style remainder (ONNX Mod fmod=1), FLOORMOD Python's (fmod=0)
+_MOD = {M.BinaryOpOperation.MOD: 1, M.BinaryOpOperation.FLOORMOD: 0}
+_BINARY_CONST = {  # folded when both inputs are constants (shape arithmetic)
     M.BinaryOpOperation.MOD: np.fmod,
     M.BinaryOpOperation.FLOORMOD: np.mod,
     M.BinaryOpOperation.FLOORDIV: np.floor_divide,
@@ -303,6 +305,9 @@ def _binary(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
     if fn is not None and len(ins) == 2 and all(_is_const(r, i) for i in ins):
         a0, b0 = (r.const(i) for i in ins)
         r.consts[outs[0]] = np.asarray(fn(a0, b0), np.result_type(a0, b0))
+        return
+    if p.OpType() in _MOD and len(ins) == 2 and p.ActivationType() == 0:
+        _node(r, "Mod", [r.value(ins[0]), r.value(ins[1])], {"fmod": _MOD[p.OpType()]}, op, outs[0])
         return
     if kind is None or len(ins) != 2:
         raise MnnReadError(
@@ -334,13 +339,25 @@ _UNARY = {
 }
 
 
+# fused forms: SILU = x * sigmoid(x); GELU_STANDARD = Gelu (erf); GELU = Gelu (tanh form)
+_GELU = {M.UnaryOpOperation.GELU_STANDARD: "none", M.UnaryOpOperation.GELU: "tanh"}
+
+
 @lifter("UnaryOp")
 def _unary(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
     p = param(op, M.UnaryOp)
+    x = r.value(ins[0])
+    if p.OpType() == M.UnaryOpOperation.SILU:
+        s = r.g.value(r.g.add_node("Sigmoid", [x], name=f"{op_name(op)}__sigmoid"))
+        _node(r, "Mul", [x, s], None, op, outs[0])
+        return
+    if p.OpType() in _GELU:
+        _node(r, "Gelu", [x], {"approximate": _GELU[p.OpType()]}, op, outs[0])
+        return
     kind = _UNARY.get(p.OpType())
     if kind is None:
         raise MnnReadError(f"UnaryOp {op_name(op)!r}: unsupported operation {p.OpType()}")
-    _node(r, kind, [r.value(ins[0])], None, op, outs[0])
+    _node(r, kind, [x], None, op, outs[0])
 
 
 @lifter("Sigmoid")

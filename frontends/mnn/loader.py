@@ -5,7 +5,9 @@ The file is one ``MNN.Net`` FlatBuffer (``schemas/mnn/generated``). Layout ops
 is what MNN's op parameters (Concat/Softmax axes, Permute dims, Reshape with dimType
 NCHW) describe. Convolutions come back as ``kiln::FusedConv`` (with the relu/relu6 flag)
 with their weights decoded from whichever encoding the file uses (fp32, fp16, table-coded
-int8/int4 symmetric or asymmetric, block-wise, fp16 scales, external ``.weight`` data).
+int8/int4 symmetric or asymmetric, block-wise, fp16 scales, external ``.weight`` data). MNN's
+own kernels that Kiln writes (LayerNorm, LSTM / RNN, ScatterNd, ...) are lifted back to the
+ONNX-level ops they compute (``frontends.mnn.lifters_native``).
 A file that cannot be read, whatever the reason, is one ModelFileError naming it.
 """
 
@@ -17,7 +19,12 @@ from collections.abc import Mapping, Sequence
 
 from compiler.errors import KilnError, ModelFileError
 from compiler.ir.graph import Graph
-from frontends.mnn import lifters, lifters_converter, lifters_tfquant  # noqa: F401  (registers the op lifters)
+from frontends.mnn import (  # noqa: F401  (registers the op lifters)
+    lifters,
+    lifters_converter,
+    lifters_native,
+    lifters_tfquant,
+)
 from frontends.mnn.reader import MnnReadError, Reader
 from frontends.model_file import read_model_bytes
 from schemas.mnn.external import check_side_file

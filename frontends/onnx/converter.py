@@ -198,8 +198,8 @@ class ConverterEntry:
     needs: tuple[str, ...]
 
     def available(self) -> bool:
-        """True if every Kiln op this converter emits is registered."""
-        return all(has_op(n) for n in self.needs)
+        """True if every Kiln op this converter emits is registered (``kiln::X``: of that domain)."""
+        return all(has_op(*reversed(n.split("::", 1))) for n in self.needs)
 
 
 _TABLE: dict[tuple[str, str], list[ConverterEntry]] = {}

@@ -26,6 +26,7 @@ __all__ = [
     "compile_model_cli",
     "feeds_of",
     "netron_check",
+    "assert_netron_shows",
     "ge_consts",
     "tiny_net",
     "compile_tiny",
@@ -96,6 +97,29 @@ def ge_consts(path: Path) -> tuple[ge.ModelDef, dict[str, str]]:
             assert len(raw) == d.weight_size
             shas[op.name] = hashlib.sha256(raw).hexdigest()
     return model, shas
+
+
+def assert_netron_shows(path: Path, res: dict[str, Any]) -> None:
+    """Netron accepted the ge ``.om`` at ``path`` (``res``: its verdict) and shows what Kiln wrote.
+
+    Accepted as "DaVinci OM" without problems, one graph whose nodes are the file's non-Const ops
+    (names and types, in order), and every Const an initializer whose sha256 equals Kiln's bytes.
+    """
+    where = str(path)
+    assert res["accepted"], f"{where}: Netron rejected it: {res.get('error')}"
+    assert res["format"] == "DaVinci OM" and not res["problems"], f"{where}: {res['format']} {res['problems']}"
+    assert len(res["graphs"]) == 1, where
+    model, shas = ge_consts(path)
+    ops = [(op.name, op.type) for op in model.graph[0].op if op.type != "Const"]
+    nodes = res["graphs"][0]["nodes"]
+    assert [(n["name"], n["type"]) for n in nodes] == ops, f"{where}: Netron's nodes differ from the file's ops"
+    seen: dict[str, str] = {}
+    for node in nodes:
+        for arg in node["inputs"]:
+            for v in arg["values"]:
+                if "initializer" in v:
+                    seen[v["name"].rsplit(":", 1)[0]] = v["initializer"]["sha256"]
+    assert seen == shas, f"{where}: Netron's weights differ from the bytes Kiln wrote"
 
 
 TINY_NET = """

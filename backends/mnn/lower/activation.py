@@ -1,5 +1,5 @@
 """Activations and unary math: ReLU, ReLU6/Clip, LeakyRelu, Sigmoid, Tanh, HardSwish,
-HardSigmoid, Elu, PRelu, Gelu and the UnaryOp family (Exp, Sqrt, ...).
+HardSigmoid, Elu, PRelu and the UnaryOp family (Exp, Sqrt, ...).
 
 Kiln's fused-activation names (``compiler.ops.fused.ACTIVATIONS``) map to MNN as:
 
@@ -15,14 +15,18 @@ hard_sigmoid   BinaryOp MUL a, BinaryOp ADD b, ReLU6{0, 1}: clip(a x + b, 0, 1)
 
 All of them keep the layout of their input.
 
-Gelu (erf form, ``approximate="none"``) is UnaryOp GELU_STANDARD: MNN 3.6.1 computes
-``(erf(x * 0.70710679) + 1) * x * 0.5`` with the double-precision erf (observed against
-onnxruntime over [-12, 12]: max abs difference 4.8e-7, MNN being the closer to the exact
-value where onnxruntime's float erf rounds to -1). The tanh form is **not** native: UnaryOp
-GELU replaces tanh by a [7/6] Padé fraction clipped at |v| > 5, whose 1 + tanh(v) loses
-all precision for x in about [-5, -3] (observed: x = -3.792 gives -4.5e-7 against
-onnxruntime's -1.82e-4, an absolute error of 1.8e-4), so Kiln refuses it and the
-``gelu-tanh`` decomposition (Mul, Add, UnaryOp TANH) writes it.
+Gelu has no lowering: the ``gelu-erf`` / ``gelu-tanh`` decompositions write it (Mul, UnaryOp
+ERF or TANH, Add, Mul). MNN 3.6.1's native forms are either slow or inexact:
+
+* UnaryOp GELU_STANDARD (erf form) computes ``(erf(x * 0.70710679) + 1) * x * 0.5`` with the
+  double-precision erf, one element at a time: accurate (max abs 4.8e-7 against onnxruntime
+  over [-12, 12]), but 3.1x slower than the decomposition (observed, 1 thread, a [1, 197, 1536]
+  tensor as in ViT-Tiny's MLP: 6.1 ms against 2.0 ms);
+* UnaryOp GELU (tanh form; also what MNN's converter writes for the erf form) replaces tanh by a
+  [7/6] Padé fraction clipped at |v| > 5, whose 1 + tanh(v) loses all precision for x in about
+  [-5, -3] (observed: x = -3.792 gives -4.5e-7 against onnxruntime's -1.82e-4, an absolute
+  error of 1.8e-4). The converter's files are faster on GELU models for that reason (bert:
+  max rel 5.8e-4 against onnxruntime, over Kiln's fp32 tolerance).
 """
 
 from __future__ import annotations
@@ -146,23 +150,6 @@ def _check_unary(graph: Graph, node: Node) -> str | None:
     return None if node.output_types[0].dtype.is_float else "float tensors only"
 
 
-def _check_gelu(graph: Graph, node: Node) -> str | None:
-    if not node.output_types[0].dtype.is_float:
-        return "float tensors only"
-    if node.attrs.approximate != "none":
-        return f"approximate={node.attrs.approximate!r} (MNN's UnaryOp GELU is inexact; see {__name__})"
-    return None
-
-
-def _lower_gelu(ctx: LowerContext, node: Node) -> None:
-    x_value = ctx.graph.inputs_of(node)[0]
-    assert x_value is not None
-    fmt = ctx.format_of(x_value)
-    x = ctx.tensor(x_value, fmt)
-    out = ctx.define(ctx.graph.value(node), fmt)
-    ctx.emit("UnaryOp", ctx.op_name(node), [x], [out], _unary(fb.UnaryOpOperation.GELU_STANDARD))
-
-
 def _check_prelu(graph: Graph, node: Node) -> str | None:
     x, slope = graph.inputs_of(node)
     assert x is not None and slope is not None
@@ -201,5 +188,4 @@ LOWERINGS: dict[str, Lowering] = {
     },
     **{op: Lowering(_lower_unary, _check_unary) for op in UNARY_OPS},
     "PRelu": Lowering(_lower_prelu, _check_prelu),
-    "Gelu": Lowering(_lower_gelu, _check_gelu),
 }

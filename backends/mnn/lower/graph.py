@@ -10,7 +10,9 @@
 5. Net-level peepholes (float nets; an int8 net keeps its tensor indexes for the quant info):
    a ReLU whose input is the sole use of a float ``BinaryOp`` ADD/SUB/MUL result becomes that
    op's fused ``activationType = 1`` (``y = max(a op b, 0)``, one pass over the data instead of
-   two); then ops whose outputs nothing reads (and that are no graph output) are dropped, and
+   two); ``BinaryOp MUL(a, UnaryOp SIGMOID(a))`` whose sigmoid nothing else reads becomes
+   ``UnaryOp SILU(a)`` (SiLU / swish, as MNN's converter writes it: one kernel instead of two); then
+   ops whose outputs nothing reads (and that are no graph output) are dropped, and
    the tensors no op names any more are removed from the tensor table (indexes compacted, order
    kept). A net without such ops is left exactly as lowered.
 """
@@ -36,7 +38,14 @@ from compiler.ir.graph import Graph
 from schemas.mnn.external import ExternalData
 from schemas.mnn.schema import fb
 
-__all__ = ["lower_graph", "unsupported_ops", "check_supported", "fuse_binary_relu", "drop_dead_ops"]
+__all__ = [
+    "lower_graph",
+    "unsupported_ops",
+    "check_supported",
+    "fuse_binary_relu",
+    "fuse_silu",
+    "drop_dead_ops",
+]
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +112,9 @@ def lower_graph(
     net.output_names = outputs
     if not int8_form:
         fused = fuse_binary_relu(net)
+        silu = fuse_silu(net)
         dropped = drop_dead_ops(net)
-        log.debug("MNN: %d ReLU fused into BinaryOp, %d dead ops dropped", fused, dropped)
+        log.debug("MNN: %d ReLU fused into BinaryOp, %d SiLU, %d dead ops dropped", fused, silu, dropped)
     log.info("MNN: %d ops, %d tensors", len(net.ops), len(net.tensor_names))
     return net, ctx.external
 
@@ -182,6 +192,48 @@ def fuse_binary_relu(net: MnnNet) -> int:
         drop.add(pos)
     net.ops = [op for pos, op in enumerate(net.ops) if pos not in drop]
     return len(drop)
+
+
+def _unary_kind(op: MnnOp) -> int | None:
+    """The UnaryOpOperation of a float UnaryOp, else None."""
+    p = op.param
+    if op.type != "UnaryOp" or p is None or p.get("T", fb.DataType.DT_FLOAT) != fb.DataType.DT_FLOAT:
+        return None
+    return int(p.get("opType", fb.UnaryOpOperation.ABS))
+
+
+def fuse_silu(net: MnnNet) -> int:
+    """Rewrite ``BinaryOp MUL(a, UnaryOp SIGMOID(a))`` as ``UnaryOp SILU(a)``; returns the count.
+
+    Only a float MUL without a fused activation whose sigmoid result it alone reads (and that is
+    no graph output). The SILU takes the MUL's name and output tensor; the sigmoid is left for
+    :func:`drop_dead_ops`.
+    """
+    producer: dict[int, int] = {t: pos for pos, op in enumerate(net.ops) for t in op.outputs}
+    readers = _readers(net)
+    outputs = set(net.output_names)
+    fused = 0
+    for pos, op in enumerate(net.ops):
+        p = op.param
+        if op.type != "BinaryOp" or p is None or len(op.inputs) != 2 or len(op.outputs) != 1:
+            continue
+        if p.get("opType", fb.BinaryOpOperation.ADD) != fb.BinaryOpOperation.MUL:
+            continue
+        if p.get("T", fb.DataType.DT_FLOAT) != fb.DataType.DT_FLOAT or p.get("activationType", 0) != 0:
+            continue
+        for a, s in (op.inputs, op.inputs[::-1]):
+            src = producer.get(s)
+            if src is None or readers.get(s) != [pos] or net.tensor_names[s] in outputs:
+                continue
+            sig = net.ops[src]
+            if _unary_kind(sig) != fb.UnaryOpOperation.SIGMOID or sig.inputs != [a] or a == s:
+                continue
+            fields = {"opType": fb.UnaryOpOperation.SILU, "T": fb.DataType.DT_FLOAT}
+            param = Table("UnaryOp", fields, force=frozenset({"opType"}))
+            net.ops[pos] = MnnOp("UnaryOp", op.name, [a], list(op.outputs), param)
+            fused += 1
+            break
+    return fused
 
 
 def drop_dead_ops(net: MnnNet) -> int:

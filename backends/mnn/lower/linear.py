@@ -20,11 +20,12 @@ from backends.mnn.lower.context import LowerContext
 from backends.mnn.lower.conv import conv_common, emit_conv
 from backends.mnn.lower.registry import Lowering, WeightView
 from backends.mnn.model import Table
+from backends.mnn.weights import WeightStorage
 from compiler.ir.graph import Graph, Node, Value
 from passes.normalize_gemm import canonical_gemm_reason
 from schemas.mnn.schema import fb
 
-__all__ = ["LOWERINGS", "reshape_table", "gemm_weight", "matmul_weight", "pooled_source"]
+__all__ = ["LOWERINGS", "reshape_table", "gemm_weight", "matmul_weight", "pooled_source", "emit_fc"]
 
 
 def reshape_table(shape: tuple[int, ...]) -> Table:
@@ -56,8 +57,16 @@ def pooled_source(ctx: LowerContext, a_value: Value, rows: int, k: int) -> Value
     return src
 
 
-def _emit_fc(ctx: LowerContext, node: Node, a_value: Value, view: WeightView, bias: np.ndarray) -> None:
-    """out = A @ rows.T + bias through a 1x1 conv; ``view.rows`` is [N, K]."""
+def emit_fc(
+    ctx: LowerContext,
+    node: Node,
+    a_value: Value,
+    view: WeightView,
+    bias: np.ndarray,
+    storage: WeightStorage | None = None,
+) -> None:
+    """out = A @ rows.T + bias through a 1x1 conv; ``view.rows`` is [N, K] (stored as planned, or
+    as ``storage`` says: e.g. kiln::WeightOnlyMatMul's own integer levels and scales)."""
     name = ctx.op_name(node)
     value = ctx.graph.value(node)
     a_shape = ctx.shape(a_value)
@@ -73,7 +82,7 @@ def _emit_fc(ctx: LowerContext, node: Node, a_value: Value, view: WeightView, bi
         packed = ctx.convert(flat, Format.NCHW, Format.NC4HW4, f"{value.name}__in4d{Format.NC4HW4.suffix}")
     conv_out = ctx.temp(f"{value.name}__fc")
     common = conv_common((1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, n, k)
-    emit_conv(ctx, node, "Convolution", name, packed, conv_out, common, view, bias)
+    emit_conv(ctx, node, "Convolution", name, packed, conv_out, common, view, bias, storage)
     plain = ctx.convert(conv_out, Format.NC4HW4, Format.NCHW, f"{value.name}__fc{Format.NCHW.suffix}")
     out = ctx.define(value, Format.NCHW)
     ctx.emit("Reshape", f"{name}__out", [plain], [out], reshape_table(ctx.shape(value)))
@@ -128,7 +137,7 @@ def _lower_gemm(ctx: LowerContext, node: Node) -> None:
     if c_value is not None and c_value.const is not None:
         c = c_value.const.astype(np.float32).reshape(-1)
         bias = np.broadcast_to(c, (n,))
-    _emit_fc(ctx, node, a_value, view, np.asarray(bias, np.float32))
+    emit_fc(ctx, node, a_value, view, np.asarray(bias, np.float32))
 
 
 # ---------------------------------------------------------------------- MatMul
@@ -165,7 +174,7 @@ def _lower_matmul(ctx: LowerContext, node: Node) -> None:
     assert a_value is not None and b_value is not None
     if b_value.const is not None:
         view = matmul_weight(ctx.graph, node)
-        _emit_fc(ctx, node, a_value, view, np.zeros(view.rows.shape[0], np.float32))
+        emit_fc(ctx, node, a_value, view, np.zeros(view.rows.shape[0], np.float32))
         return
     a = ctx.tensor(a_value, Format.NCHW)
     b = ctx.tensor(b_value, Format.NCHW)

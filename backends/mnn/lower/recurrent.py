@@ -17,17 +17,30 @@ What MNN's kernel computes fixes what Kiln can hand it (the rest is refused):
   (MNN ignores it);
 * constant W, R and B; initial states either both absent (zeros) or given (a missing one
   is written as a zero constant: MNN reads them by position).
+
+With ``--mnn-weights int8|int4`` W and R are weight layers of the plan (one storage per node,
+rows = the G*hidden gate rows of each direction, one scale per row): an int storage writes each
+as an int8 Const of its levels q and a float Const of its per-row scales s, dequantized by MNN's
+constant folding at load: ``Cast(q) * s`` (symmetric) or ``(Cast(q) - aMin) * s + min``
+(asymmetric), the same values :func:`backends.mnn.weights.decoded_weights` gives the plan.
+fp16 storage keeps them fp32 (MNN has no half constants; the plan measured fp16, so the file is
+at least as accurate).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
-from backends.mnn.lower.registry import Lowering
+from backends.mnn.lower.elementwise import binary_table
+from backends.mnn.lower.registry import Lowering, WeightView
 from backends.mnn.model import Table
-from compiler.ir.graph import Graph, Node
+from backends.mnn.weights import WeightStorage, quantize_weights
+from compiler.ir.graph import Graph, Node, Value
+from schemas.mnn.schema import fb
 
 __all__ = ["LOWERINGS"]
 
@@ -68,6 +81,56 @@ def _check(graph: Graph, node: Node) -> str | None:
     return None
 
 
+def _views(graph: Graph, node: Node) -> tuple[WeightView, ...] | None:
+    """W and R as [dirs * G * hidden, K] rows (one scale per gate row; no blocks: channels 1)."""
+    views = []
+    for port in (1, 2):
+        v = graph.inputs_of(node)[port]
+        if v is None or v.const is None:
+            return None
+        w = np.ascontiguousarray(v.const, np.float32)
+        shape = w.shape
+        views.append(WeightView(port, w.reshape(-1, shape[-1]), _reshaper(shape), 1, 1))
+    return tuple(views)
+
+
+def _reshaper(shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
+    def restore(rows: np.ndarray) -> np.ndarray:
+        return rows.reshape(shape)
+
+    return restore
+
+
+def _weight(ctx: LowerContext, value: Value, storage: WeightStorage, base: str) -> int:
+    """The tensor of W or R: the float constant, or int8 levels dequantized by a Cast and scales."""
+    assert value.const is not None
+    if storage.bits is None:
+        return ctx.tensor(value, Format.NCHW)
+    w = np.ascontiguousarray(value.const, np.float32)
+    rows = w.reshape(-1, w.shape[-1])
+    qw = storage.levels
+    if qw is None:
+        qw = quantize_weights(rows, storage.bits, storage.asymmetric, None, storage.fp16_scales)
+    col = (*w.shape[:-1], 1)
+    q = ctx.const_tensor(qw.q.reshape(w.shape).astype(np.int8), f"{base}__q")
+    out = ctx.temp(f"{base}__dequant")
+    cast = Table("CastParam", {"srcT": fb.DataType.DT_INT8, "dstT": fb.DataType.DT_FLOAT})
+    ctx.emit("Cast", f"{base}__cast", [q], [out], cast)
+    steps: list[tuple[int, np.ndarray]] = [(fb.BinaryOpOperation.MUL, qw.alpha)]
+    if qw.asymmetric:
+        steps = [
+            (fb.BinaryOpOperation.ADD, np.array(-qw.a_min, np.float32)),
+            (fb.BinaryOpOperation.MUL, qw.alpha[1::2]),
+            (fb.BinaryOpOperation.ADD, qw.alpha[0::2]),
+        ]
+    for i, (kind, arr) in enumerate(steps):
+        c = ctx.const_tensor(np.asarray(arr, np.float32).reshape(col if arr.ndim else ()), f"{base}__s{i}")
+        nxt = ctx.temp(f"{base}__dequant{i}")
+        ctx.emit("BinaryOp", f"{base}__dequant{i}", [out, c], [nxt], binary_table(kind))
+        out = nxt
+    return out
+
+
 def _lower(ctx: LowerContext, node: Node) -> None:
     ins = ctx.graph.inputs_of(node)
     x_value, w_value, r_value = ins[0], ins[1], ins[2]
@@ -83,10 +146,11 @@ def _lower(ctx: LowerContext, node: Node) -> None:
         bias = b[:, :gh] + b[:, gh:]
     else:
         bias = np.zeros((dirs, gh), np.float32)
+    storage = ctx.storage(node)
     tensors = [
         ctx.tensor(x_value, Format.NCHW),
-        ctx.tensor(w_value, Format.NCHW),
-        ctx.tensor(r_value, Format.NCHW),
+        _weight(ctx, w_value, storage, f"{name}__W"),
+        _weight(ctx, r_value, storage, f"{name}__R"),
         ctx.const_tensor(np.ascontiguousarray(bias, np.float32), f"{name}__bias"),
     ]
     states = [ins[i] if len(ins) > i else None for i in ((5, 6) if node.op == "LSTM" else (5,))]
@@ -104,4 +168,4 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     ctx.emit(node.op, name, tensors, outs, param)
 
 
-LOWERINGS: dict[str, Lowering] = {op: Lowering(_lower, _check) for op in _GATES}
+LOWERINGS: dict[str, Lowering] = {op: Lowering(_lower, _check, _views) for op in _GATES}

@@ -49,8 +49,9 @@ class WeightView:
         return block_size * self.area
 
 
-WeightFn = Callable[[Graph, Node], "WeightView | None"]
-"""``weight(graph, node)``: the :class:`WeightView` of a layer whose weight MNN stores compressed."""
+WeightFn = Callable[[Graph, Node], "WeightView | tuple[WeightView, ...] | None"]
+"""``weight(graph, node)``: the :class:`WeightView` of a layer whose weight MNN stores compressed
+(a tuple for a layer with several weight inputs, e.g. an LSTM's W and R; they share one storage)."""
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,8 @@ def _lower_cast(ctx: LowerContext, node: Node) -> None:
     fmt = ctx.format_of(x_value)
     x = ctx.tensor(x_value, fmt)
     out = ctx.define(value, fmt)
+    if value.type.dtype == DType.BOOL:
+        dst = fb.DataType.DT_BOOL
     ctx.emit("Cast", ctx.op_name(node), [x], [out], Table("CastParam", {"srcT": src, "dstT": dst}))
 
 

@@ -19,6 +19,7 @@ from backends.mnn.lower import (
     resize,
     shape,
     slicing,
+    weight_only,
 )
 from backends.mnn.lower.registry import LowerFn, Lowering, WeightFn
 from compiler.backend import CapabilityTable
@@ -38,6 +39,7 @@ _FAMILIES = (
     resize,
     shape,
     slicing,
+    weight_only,
 )
 for _family in _FAMILIES:
     for _op, _lowering in _family.LOWERINGS.items():

@@ -18,4 +18,5 @@ from frontends.onnx.converters import (  # noqa: F401  (registration side effect
     resize,
     tensor_data,
     tensor_shape,
+    weight_only,
 )
