@@ -3,8 +3,10 @@
 Layouts (``compiler.ops.blocked_layout``): NCHW{b}c stores [N, C, H, W] as
 [N, ceil(C/b), H, W, b], channel c at [c // b, ..., c % b].
 
-Which convs: Conv and kiln::FusedConv with a rank-4 input and group = 1 (dense) or
-group = C_in = C_out (depthwise). A Conv becomes a FusedConv with activation none.
+Which convs: Conv and kiln::FusedConv with a rank-4 input and group = 1 (dense),
+group = C_in = C_out (depthwise) or, fp32 only, a grouped conv whose groups fill whole channel
+blocks (``blocked_layout.grouped_chunks``: ResNeXt/RegNet group widths 4, 8, 16...). A Conv
+becomes a FusedConv with activation none.
 A tensor of C channels gets block b(C) = C if C < lanes (no padding, e.g. NCHW3c for an
 image) else the global block B; a depthwise conv keeps its input's block.
 
@@ -13,7 +15,8 @@ Cost model (analytic, in vector-instruction units), for each candidate B in ``bl
 
     cost(B) = sum_convs MACs_pad / (lanes * eff(b_out)) + sum_transforms bytes * 0.25
     MACs_pad = N * H_out * W_out * kh * kw * ceil(C_in/b_in) b_in * ceil(C_out/b_out) b_out
-               (depthwise: N * H_out * W_out * kh * kw * ceil(C/b) b)
+               (depthwise: N * H_out * W_out * kh * kw * ceil(C/b) b; grouped: the input
+               chunks an output chunk reads instead of ceil(C_in/b_in))
     eff(b)   = min(b, P) / P,  P = peak_lanes (default lanes: the width at which the FMA
                units reach peak; 8 on Zen 4, which runs 512-bit FMAs as two 256-bit halves)
     bytes    = (elements in + elements out) * itemsize of each LayoutTransform (a
@@ -66,7 +69,20 @@ TRANSFORM_COST_PER_BYTE = 0.25
 _NAME = "choose-layout"
 
 _ELEMENTWISE = frozenset(
-    {"Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh"}
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Relu",
+        "Clip",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "LeakyRelu",
+        "Tanh",
+        "Erf",
+    }
 )
 _KILN_ELEMENTWISE = frozenset({"Relu6"})
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})  # elementwise when per-tensor
@@ -157,13 +173,22 @@ def _rank4_channels(v: Value) -> int | None:
 
 
 def _conv_cost(
-    st: _State, x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...], bi: int, bo: int, depthwise: bool
+    st: _State,
+    x: tuple[int, ...],
+    w: tuple[int, ...],
+    y: tuple[int, ...],
+    bi: int,
+    bo: int,
+    depthwise: bool,
+    group_chunks: int | None = None,
 ) -> float:
-    """Padded MACs / (lanes * eff(b_out)); shapes are NCHW x, OIHW w and NCHW y."""
+    """Padded MACs / (lanes * eff(b_out)); shapes are NCHW x, OIHW w and NCHW y (a grouped conv
+    reads ``group_chunks`` input chunks per output chunk)."""
     n, m, ho, wo = y
     k = int(np.prod(w[2:]))
     mp = bl.blocks(m, bo) * bo
-    cin = 1 if depthwise else bl.blocks(x[1], bi) * bi
+    chunks = bl.blocks(x[1], bi) if group_chunks is None else group_chunks
+    cin = 1 if depthwise else chunks * bi
     eff = min(bo, st.peak) / st.peak
     return float(n * ho * wo * k * cin * mp) / (st.lanes * eff)
 
@@ -182,13 +207,20 @@ def _plan_conv(st: _State, node: Node, ins: list[Value | None]) -> _Blocked | st
     yshape = tuple(d if isinstance(d, int) else 1 for d in ys.shape)  # symbolic dims count as 1
     m = wshape[0]
     depthwise = a.group == c == m and a.group > 1
-    if a.group != 1 and not depthwise:
-        return f"grouped conv (group={a.group}, C_in={c}, C_out={m}) is neither dense nor depthwise"
+    grouped = a.group != 1 and not depthwise
     quantized = node.domain == KILN and node.op == "QConv"
+    if grouped and (quantized or st.record):
+        return f"grouped conv (group={a.group}, C_in={c}, C_out={m}) is neither dense nor depthwise"
     q = INT8_BLOCK_MULTIPLE if quantized else 1
     have = st.layout_of(x)
     bi = have if have and not st.record and have % q == 0 else -(-st.block_for(c) // q) * q
     bo = bi if depthwise else -(-st.block_for(m) // q) * q
+    group_chunks = bl.grouped_chunks(c, m, a.group, bi, bo) if grouped else None
+    if grouped and group_chunks is None:
+        return (
+            f"grouped conv (group={a.group}, C_in={c}, C_out={m}): its groups do not fill whole "
+            f"{bl.blocked(bi)} / {bl.blocked(bo)} chunks"
+        )
     chosen = {
         "layout": bl.blocked(bi),
         "out_layout": "" if bo == bi else bl.blocked(bo),
@@ -204,7 +236,7 @@ def _plan_conv(st: _State, node: Node, ins: list[Value | None]) -> _Blocked | st
         }
         attrs = FusedConvAttrs(**{**base, **chosen})
     xs = tuple(d if isinstance(d, int) else 1 for d in x.type.shape)
-    cost = _conv_cost(st, xs, wshape, yshape, bi, bo, depthwise)
+    cost = _conv_cost(st, xs, wshape, yshape, bi, bo, depthwise, group_chunks)
     decision = {
         "node": node.name or node.output_names[0],
         "data_layout": attrs.layout,

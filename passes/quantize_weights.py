@@ -1,4 +1,4 @@
-"""quantize-weights: weight-only int4/int8 block quantization of MatMul and Gemm weights.
+"""quantize-weights: weight-only int4/int8 block quantization of MatMul/Gemm weights and embeddings.
 
 A MatMul(A, B) with a constant 2-D B [K, N] and a canonical Gemm(A, B, C) (transA = 0,
 alpha = beta = 1, see normalize-gemm; B [K, N], or [N, K] with transB) with W = Bᵀ [N, K] become
@@ -301,7 +301,7 @@ class _GatherRule(_WeightOnly):
 @register_pass
 @dataclass(frozen=True)
 class QuantizeWeights(Pass):
-    """Weight-only int4/int8 (block scales) of MatMul/Gemm constant weights: kiln::WeightOnlyMatMul."""
+    """Weight-only int4/int8 (block scales) of MatMul/Gemm weights and embedding tables, with a floor."""
 
     name = "quantize-weights"
     bits: int = 4

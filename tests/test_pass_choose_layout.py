@@ -182,18 +182,34 @@ def test_golden_ir_small_channels_use_their_own_block() -> None:
 
 # ------------------------------------------------------------ must not fire
 def test_grouped_conv_stays_nchw_with_reason() -> None:
+    """48 channels in 2 groups of 24: with 16-channel blocks a group spans 1.5 chunks."""
     m = text_model(
-        """g (float[1,8,8,8] x) => (float[1,8,8,8] y) {
+        """g (float[1,48,8,8] x) => (float[1,48,8,8] y) {
              y = Conv<pads=[1,1,1,1], group=2>(x, w)
            }""",
-        w=rand(8, 4, 3, 3, seed=2),
+        w=rand(48, 24, 3, 3, seed=2),
     )
     g = load_onnx(m)
     ctx = PassContext()
     assert not run_passes(g, [ChooseLayout()], ctx).changed
     assert op_counts(g) == {"Conv": 1}
-    assert ("y", "grouped conv (group=2, C_in=8, C_out=8) is neither dense nor depthwise") in _misses(ctx)
+    why = "grouped conv (group=2, C_in=48, C_out=48): its groups do not fill whole NCHW16c / NCHW16c chunks"
+    assert ("y", why) in _misses(ctx)
     assert layout_decisions(g) == []
+
+
+def test_grouped_conv_with_whole_chunks_is_blocked() -> None:
+    """ResNeXt-style groups of 4 channels: four groups fill each 16-channel chunk."""
+    m = text_model(
+        """g (float[1,32,8,8] x) => (float[1,32,8,8] y) {
+             y = Conv<pads=[1,1,1,1], group=8>(x, w)
+           }""",
+        w=rand(32, 4, 3, 3, seed=2),
+    )
+    g = _check(m, {"x": rand(1, 32, 8, 8, seed=3)})
+    assert op_counts(g) == {T: 2, "kiln::FusedConv": 1}
+    (decision,) = layout_decisions(g)
+    assert decision["data_layout"] == "NCHW16c" and decision["weight_layout"] == "OIHW16i16o"
 
 
 def test_reshape_gets_one_shared_transform() -> None:

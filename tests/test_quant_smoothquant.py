@@ -86,7 +86,9 @@ def test_foldable_groups_and_the_reasons_for_the_rest() -> None:
 def test_through_ops_that_keep_the_channel_axis() -> None:
     groups, skipped = find_groups(optimized(channel_moves()))
     assert [(gr.x, gr.fold) for gr in groups] == [("c", "LayerNormalization>Gather")]
-    assert skipped == {"t": "produced by Transpose 'tt', which has no per-channel parameters to fold 1/s into"}
+    assert skipped == {
+        "t": "produced by Transpose 'tt', which has no per-channel parameters to fold 1/s into"
+    }
 
 
 def test_off_changes_nothing(calib: Path) -> None:

@@ -120,6 +120,7 @@ def capabilities() -> CapabilityTable[LowerFn]:
     import backends.cann.lower_quant  # noqa: F401
     import backends.cann.lower_rnn  # noqa: F401
     import backends.cann.lower_tensor  # noqa: F401
+    import backends.cann.lower_weight_only  # noqa: F401
 
     entries: dict[str, OpSupport[LowerFn]] = {}
     for spec in SIMPLE_OPS:

@@ -9,6 +9,7 @@ strings instead of comparing them inline.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,8 @@ __all__ = [
     "relayout",
     "pack_broadcast_const",
     "weight_layout",
+    "group_chunk_start",
+    "grouped_chunks",
     "LayoutError",
 ]
 
@@ -141,3 +144,31 @@ def pack_broadcast_const(c: np.ndarray, channels: int, block: int, fill: float =
 def weight_layout(in_block: int, out_block: int, depthwise: bool) -> str:
     """The packed weight layout a blocked conv records: ``OIHW{bi}i{bo}o`` (``OIHW1i{b}o`` depthwise)."""
     return f"OIHW{1 if depthwise else in_block}i{out_block}o"
+
+
+def group_chunk_start(o: Any, c_in: int, c_out: int, groups: int, in_block: int, out_block: int) -> Any:
+    """The first input chunk output chunk ``o`` of a blocked grouped conv reads: the chunk of its
+    first group's first input channel, ``((o*bo) // go) * gi // bi`` (``o`` an int or a TIR expr)."""
+    gi, go = c_in // groups, c_out // groups
+    return (o * out_block) // go * gi // in_block
+
+
+def grouped_chunks(c_in: int, c_out: int, groups: int, in_block: int, out_block: int) -> int | None:
+    """How many input chunks each output chunk of a grouped conv (1 < groups, not depthwise) reads in
+    ``NCHW{bi}c -> NCHW{bo}c``, or None when some output chunk's groups do not read whole input
+    chunks (then the conv cannot run blocked). A chunk holds whole groups (``bo % go == 0`` and
+    their ``(bo/go) * gi`` inputs a multiple of ``bi``) or a group spans whole chunks (``go % bo ==
+    0``, ``gi % bi == 0``); padded output chunks must still read existing input chunks."""
+    if groups <= 1 or c_in % groups or c_out % groups:
+        return None
+    gi, go = c_in // groups, c_out // groups
+    if go <= out_block:
+        fits = out_block % go == 0 and (out_block // go) * gi % in_block == 0
+        count = (out_block // go) * gi // in_block
+    else:
+        fits = go % out_block == 0 and gi % in_block == 0
+        count = gi // in_block
+    if not fits or count < 1:
+        return None
+    last = int(group_chunk_start(blocks(c_out, out_block) - 1, c_in, c_out, groups, in_block, out_block))
+    return count if last + count <= blocks(c_in, in_block) else None

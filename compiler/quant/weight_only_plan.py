@@ -80,9 +80,11 @@ def plan_samples(graph: Graph, options: Any) -> tuple[list[dict[str, np.ndarray]
     inputs = getattr(options, "inputs", None)
     if inputs is not None:
         samples, source = [check_inputs(load_inputs(inputs), types, str(inputs))], "inputs"
-    else:
+    elif all(t.is_static for t in types.values()):
         seed = int(getattr(options, "seed", 0) or 0)
         samples, source = [random_inputs(types, seed)], f"seed {seed}"
+    else:
+        samples, source = [], "no samples (dynamic input shapes and no --inputs)"
     q = getattr(options, "quant", None)
     calib = getattr(q, "calib", None)
     if q is not None and calib is not None:
@@ -116,12 +118,22 @@ def plan_weight_only(
     plan = WeightOnlyPlan()
     if floor <= 0.0 or not layers:
         return plan
+    if not samples:
+        plan.record = {"min_cosine": floor, "samples": source, "skipped": f"nothing to measure on: {source}"}
+        log.warning("weight-only floor not measured: %s", source)
+        return plan
     goal = goal_of(floor)
     slots = [(la.node, la.port, TensorType.of(la.weight)) for la in layers]
     trials = WeightTrials(graph, slots, samples, f"the weight-only floor (--weight-min-cosine {floor:g})")
     float_w = [la.weight for la in layers]
+    try:
+        trials.reference = trials.run(float_w)
+    except Exception as exc:  # onnxruntime's own errors: the float model does not run on these samples
+        why = f"the float model does not run in onnxruntime on {source}: {str(exc).splitlines()[0]}"
+        log.warning("weight-only floor not measured: %s", why)
+        plan.record = {"min_cosine": floor, "samples": source, "skipped": why}
+        return plan
     low = [la.decoded(bits) for la in layers]
-    trials.reference = trials.run(float_w)
     cos_all = trials.cosine(low)
     plan.record = {
         "min_cosine": floor,
@@ -139,17 +151,22 @@ def plan_weight_only(
     found = tiered_fallback(trials, tiers, goal, cos_all)
     plan.record["cosine"] = round(float(found.cosine), 8)
     plan.record["trials"] = trials.runs
-    names = ["int8", "float"] if bits == 4 else ["float"]
+    names = ["int4", "int8", "float"] if bits == 4 else ["int8", "float"]
     why = (
         f"every layer at int{bits} gives output cosine {cos_all:.6f} < {goal:.6f} (the floor {floor:g} "
         f"+ {goal - floor:.2g} margin) on {source}"
     )
-    for tier, ids in zip(names, found.raised, strict=True):
+    for t, ids in enumerate(found.raised, start=1):
+        tier, below = names[t], names[t - 1]
         for i in ids:
             la = layers[i]
             alone = found.alone.get(i)
             plan.bits[la.node.id] = 8 if tier == "int8" else None
-            scored = "" if alone is None else f"; alone at the tier below it gives {alone:.6f}"
+            scored = (
+                ""
+                if alone is None
+                else f"; this layer alone at {below} (the others {tier}) gives {alone:.6f}"
+            )
             plan.reasons[la.node.id] = f"{tier} fallback for the output floor: {why}{scored}"
             plan.record[tier].append(_entry(la, alone))
     plan.record["reason"] = (
