@@ -121,11 +121,10 @@ def tvm_legalization(target: str, lanes: int | None) -> list[PipelineItem]:
 
     A reloaded QDQ model (Conv -> Relu -> Q) fuses exactly as a compile does; QDQ regions become
     kiln::QConv integer kernels and the DequantizeLinear of constant weights elsewhere folds to
-    float; on CPU targets choose-layout picks NCHW[b]c layouts for ``lanes``-wide SIMD. SiLU
-    after a conv joins its epilogue (Kiln's conv kernels compute it).
+    float; on CPU targets choose-layout picks NCHW[b]c layouts for ``lanes``-wide SIMD.
     """
     items: list[PipelineItem] = [
-        "fuse-conv-bias-act{silu=1}",
+        "fuse-conv-bias-act",
         "fuse-quantized-ops",
         "normalize-gemm",
         "fold-constants",

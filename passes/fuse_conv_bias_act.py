@@ -5,8 +5,6 @@
   (Relu, Relu6, Clip(lo, hi), LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh).
 * With ``residual=True``: act(conv(x, W, b) + z) = FusedConv(x, W, b, z){act}
   for a non-constant z of the conv output's type.
-* With ``silu=True``: c * Sigmoid(c) = FusedConv(x, W, b[, z]){silu} for c = conv(x, W, b[, z])
-  used by nothing else (SiLU / swish; for backends whose conv epilogue computes it, e.g. TVM's).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from compiler.pass_infra import Pass, PassContext, register_pass
 from compiler.pattern import Any_, Const, Match, Op, Rule, apply_rules
 from compiler.rewriter import PassResult, Rewriter
 
-__all__ = ["FuseConvBiasAct", "ConvSiLU"]
+__all__ = ["FuseConvBiasAct"]
 
 _ACT_OPS = ("Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSigmoid", "Clip")
 
@@ -158,39 +156,6 @@ class ConvResidual(Rule):
         rw.replace(rw.graph.value(m.root), new, take_name=True)
 
 
-class ConvSiLU(Rule):
-    """c * Sigmoid(c) = FusedConv{silu} for a Conv or an activation-free FusedConv c."""
-
-    name = "conv-silu"
-    pattern = Op(
-        "Mul",
-        (
-            Op(("Conv", "FusedConv"), name="conv", shared=True),
-            Op("Sigmoid", (Any_("y"),), name="sigmoid"),
-        ),
-        commutative=True,
-    )
-
-    def check(self, graph: Graph, m: Match) -> str | None:
-        conv = m.node("conv")
-        if conv.domain not in ("", KILN) or (conv.domain == "" and conv.op != "Conv"):
-            return "not a conv"
-        if conv.domain == KILN and (conv.op != "FusedConv" or conv.attrs.activation != "none"):
-            return "the conv already has an activation"
-        c = m.value("conv")
-        if m.value("y") != c:
-            return "the Sigmoid reads another value"
-        if len(graph.users(c)) != 2 or graph.is_output(c):
-            return "the conv output has other users"
-        return None
-
-    def rewrite(self, rw: Rewriter, m: Match) -> None:
-        conv = m.node("conv")
-        ins = list(rw.graph.inputs_of(conv))
-        new = rw.op("FusedConv", ins, _fused_attrs(conv, "silu"), domain=KILN, like=conv)
-        rw.replace(rw.graph.value(m.root), new, take_name=True)
-
-
 @register_pass
 @dataclass(frozen=True)
 class FuseConvBiasAct(Pass):
@@ -198,7 +163,6 @@ class FuseConvBiasAct(Pass):
 
     name = "fuse-conv-bias-act"
     residual: bool = False
-    silu: bool = False
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         result = apply_rules(graph, [ConvAddBias()], near_misses=ctx.near_misses)
@@ -207,6 +171,4 @@ class FuseConvBiasAct(Pass):
         result.merge(
             apply_rules(graph, [ConvAct(), FusedConvAct(), ConvRelu6()], near_misses=ctx.near_misses)
         )
-        if self.silu:
-            result.merge(apply_rules(graph, [ConvSiLU()], near_misses=ctx.near_misses))
         return result

@@ -220,8 +220,35 @@ def test_kernel_names_and_attrs() -> None:
     assert len(params) == 5
 
 
-def test_grouped_conv_rejected() -> None:
-    spec = Conv2dSpec(1, 16, 8, 8, 16, (3, 3), groups=2)
+GROUPED_CASES = {
+    # ResNeXt 32x4d: 4 groups a 16-wide chunk, one input chunk per output chunk
+    "resnext_w4": Conv2dSpec(
+        1, 64, 9, 9, 64, (3, 3), pads=(1, 1, 1, 1), groups=16, in_block=16, out_block=16
+    ),
+    # RegNet group width 8, 24 channels (padded chunk: its second group does not exist)
+    "regnet_w8_pad": Conv2dSpec(
+        1, 24, 7, 8, 24, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1), groups=3, in_block=16, out_block=16
+    ),
+    # a group spans two chunks
+    "wide_groups": Conv2dSpec(
+        1, 64, 6, 6, 64, (3, 3), pads=(1, 1, 1, 1), groups=2, in_block=16, out_block=16, activation="relu"
+    ),
+    "mixed_blocks": Conv2dSpec(1, 32, 6, 6, 64, (1, 1), groups=4, in_block=8, out_block=16, residual=True),
+}
+
+
+@pytest.mark.parametrize("name", list(GROUPED_CASES))
+def test_grouped_conv(name: str) -> None:
+    spec = GROUPED_CASES[name]
+    assert supports(spec)
+    _check(spec)
+    k = conv2d_kernel(spec, HOST)
+    assert k.name.startswith("kiln_gconv2d_nchwc_") and str(k.func.attrs["kiln.op_class"]) == "grouped_conv"
+
+
+def test_grouped_conv_that_does_not_fit_is_rejected() -> None:
+    # groups of 24 channels in 16-channel chunks: a chunk would hold one and a half groups
+    spec = Conv2dSpec(1, 48, 8, 8, 48, (3, 3), groups=2, in_block=16, out_block=16)
     assert not supports(spec)
     with pytest.raises(NotImplementedError):
         conv2d_kernel(spec, HOST)

@@ -21,11 +21,18 @@ if TYPE_CHECKING:
 __all__ = ["kiln_pipeline", "staged_pipeline", "compile_module", "export"]
 
 
-def staged_pipeline(target: TargetSpec, schedule: Callable[[], list[Any]], lowering: Any) -> Any:
+def staged_pipeline(
+    target: TargetSpec,
+    schedule: Callable[[], list[Any]],
+    lowering: Any,
+    legalize: dict[str, Callable[[Any, Any], Any]] | None = None,
+) -> Any:
     """Legalize, fuse, then ``schedule()``'s passes, then ``lowering``'s dataflow and finalize passes.
 
     ``lowering`` is a TVM backend pipeline module (``cpu_generic`` or the CUDA one); the passes
-    are built when the pipeline runs, under ``target``.
+    are built when the pipeline runs, under ``target``. ``legalize`` overrides Relax's
+    legalization of some ops (CPU: the vectorizable exp/erf/tanh/sigmoid/softmax of
+    :mod:`backends.tvm.kernels.fast_math`).
     """
     import tvm
     from tvm import relax
@@ -35,7 +42,7 @@ def staged_pipeline(target: TargetSpec, schedule: Callable[[], list[Any]], lower
     @tvm.transform.module_pass(opt_level=0)
     def _pipeline(mod: Any, _ctx: Any) -> Any:
         passes = [
-            relax.transform.LegalizeOps(),
+            relax.transform.LegalizeOps(customize_legalize_map=legalize),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),
             relax.transform.FuseOps(),
@@ -50,21 +57,28 @@ def staged_pipeline(target: TargetSpec, schedule: Callable[[], list[Any]], lower
     return _pipeline
 
 
-def kiln_pipeline(target: TargetSpec) -> Any:
-    """The Relax pipeline Kiln compiles with (a ``tvm.transform.Pass``)."""
+def kiln_pipeline(target: TargetSpec, log: list[dict[str, str]] | None = None) -> Any:
+    """The Relax pipeline Kiln compiles with (a ``tvm.transform.Pass``); the generic schedule appends
+    the record of every function it schedules to ``log`` (:func:`backends.tvm.kernel_report.kernel_entry`)."""
     if target.kind == "cuda":
         from backends.tvm.cuda_build import cuda_pipeline
 
         return cuda_pipeline(target)
     from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
+    from backends.tvm.kernels.fast_math import fast_legalize_map
     from backends.tvm.schedule_generic import KilnGenericSchedule
 
-    return staged_pipeline(target, lambda: [KilnGenericSchedule(target)], cpu_generic)
+    return staged_pipeline(
+        target, lambda: [KilnGenericSchedule(target, log)], cpu_generic, fast_legalize_map(target.lanes)
+    )
 
 
-def compile_module(mod: Any, target: TargetSpec) -> Any:
-    """Compile the Relax module for ``target``; returns the TVM Executable (CUDA: kernels built by nvcc)."""
+def compile_module(mod: Any, target: TargetSpec, log: list[dict[str, str]] | None = None) -> Any:
+    """Compile the Relax module for ``target``; returns the TVM Executable (CUDA: kernels built by nvcc).
+
+    ``log`` receives the records of the functions the generic schedule scheduled (CPU targets).
+    """
     import tvm
 
     from backends.tvm.runtime import configure_threads
@@ -73,7 +87,7 @@ def compile_module(mod: Any, target: TargetSpec) -> Any:
     # default pool (which pins this thread to one core for everything after).
     configure_threads(None)
 
-    executable = tvm.compile(mod, target=target.tvm_target(), relax_pipeline=kiln_pipeline(target))
+    executable = tvm.compile(mod, target=target.tvm_target(), relax_pipeline=kiln_pipeline(target, log))
     if target.kind == "cuda":
         from backends.tvm.cuda_build import build_cuda
 

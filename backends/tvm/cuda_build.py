@@ -1,11 +1,12 @@
 """The CUDA half of the TVM build: the CUDA Relax pipeline, nvcc, the prebuilt fatbin, GPU rebinding.
 
 Pipeline: the stock legalization and fusion (shared with the CPU pipeline), then TVM's dlight GPU rules
-(Matmul, GEMV, Reduction, GeneralReduction, Fallback) for every PrimFunc not marked
-``tirx.is_scheduled`` (Kiln's CUDA kernels carry it; CPU-scheduled Kiln kernels get their parallel
-loops bound to GPU blocks first), a check that every kernel is thread-bound, then the stock CUDA
-dataflow lowering and finalization. nvcc builds the kernels' CUDA C at compile time into a fatbin
-(SASS + PTX) exported beside the library and handed to TVM's loader by :func:`register_prebuilt_cuda`.
+(Matmul, GEMV, Reduction, GeneralReduction, Fallback; a rule that raises counts as not applicable)
+for every PrimFunc not marked ``tirx.is_scheduled`` (Kiln's CUDA kernels carry it; CPU-scheduled
+Kiln kernels get their parallel loops bound to GPU blocks first), a check that every kernel is
+thread-bound, then the stock CUDA dataflow lowering and finalization. nvcc builds the kernels' CUDA
+C at compile time into a fatbin (SASS + PTX) exported beside the library and handed to TVM's loader
+by :func:`register_prebuilt_cuda`.
 """
 
 from __future__ import annotations
@@ -192,6 +193,24 @@ def _check_bound() -> Any:
     return _check
 
 
+_DECLINE = (AssertionError, ValueError, IndexError, KeyError, RuntimeError)
+
+
+def _declining(rule: Any) -> Any:
+    """``rule`` as a dlight rule that declines (returns None) where it raises: TVM 0.27's GEMV and
+    Matmul rules assert on functions they do not match (a fused log-sum-exp, a multi-stage RNN step)
+    instead of returning None, which stops ApplyDefaultSchedule before the rules after them."""
+    from tvm.s_tir import dlight as dl
+
+    def apply(func: Any, target: Any, tunable: bool) -> Any:
+        try:
+            return rule.apply(func, target, tunable)
+        except _DECLINE:
+            return None
+
+    return dl.ScheduleRule.from_callable(type(rule).__name__)(apply)
+
+
 def cuda_pipeline(target: TargetSpec) -> Any:
     """The Relax pipeline for CUDA targets: legalize, fuse, dlight GPU schedules, CUDA lowering."""
     from tvm.relax.backend.cuda import pipeline as cuda_generic
@@ -200,12 +219,15 @@ def cuda_pipeline(target: TargetSpec) -> Any:
     from backends.tvm.build import staged_pipeline
 
     def schedule() -> list[Any]:
-        rules = (
-            dl.gpu.Matmul(),
-            dl.gpu.GEMV(),
-            dl.gpu.Reduction(),
-            dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback(),
+        rules = tuple(
+            _declining(r)
+            for r in (
+                dl.gpu.Matmul(),
+                dl.gpu.GEMV(),
+                dl.gpu.Reduction(),
+                dl.gpu.GeneralReduction(),
+                dl.gpu.Fallback(),
+            )
         )
         return [_protect_scheduled(), dl.ApplyDefaultSchedule(*rules), _check_bound()]
 

@@ -4,7 +4,9 @@ The graph arrives legalized (``BACKEND.legalization``, run by the driver on a cl
 int8 QDQ regions become kiln::QConv integer kernels, choose-layout picks blocked
 layouts for the target's SIMD width); :func:`write_tvm` lowers it to Relax,
 compiles it with Kiln's schedules and exports it. ``model.json`` beside the
-library names the inputs and outputs for ``kiln run`` / ``kiln bench``.
+library names the inputs and outputs for ``kiln run`` / ``kiln bench`` and, like the manifest,
+holds the ``kernel_report`` (per op class, the schedules used and their ISA paths:
+:mod:`backends.tvm.kernel_report`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def prepare_graph(graph: Graph, target: TargetSpec) -> tuple[Graph, list[dict[st
 def write_tvm(graph: Graph, out_dir: Path, options: CompileOptions, target_name: str) -> list[Artifact]:
     """Compile the legalized ``graph`` for one ``--target``; write its library plus ``model.json``."""
     from backends.tvm.build import compile_module, export
+    from backends.tvm.kernel_report import kernel_report
     from backends.tvm.lower import lower_graph
     from compiler.calibration.progress import Progress
     from compiler.ir.verifier import verify
@@ -63,7 +66,9 @@ def write_tvm(graph: Graph, out_dir: Path, options: CompileOptions, target_name:
     log.info(
         "%s: lowered to Relax with %d Kiln kernels in %.1f s", target.name, len(lowered.kernels), t1 - t0
     )
-    executable = compile_module(lowered.mod, target)
+    generic: list[dict[str, str]] = []
+    executable = compile_module(lowered.mod, target, generic)
+    report = kernel_report([*lowered.kernels, *generic])
     t2 = time.perf_counter()
     log.info("%s: compiled in %.1f s", target.name, t2 - t1)
     sub = out_dir / _target_dir(target.name)
@@ -79,12 +84,14 @@ def write_tvm(graph: Graph, out_dir: Path, options: CompileOptions, target_name:
             for n, v in zip(graph.output_names, graph.outputs, strict=True)
         ],
         "target": target.manifest_view(),
+        "kernel_report": report,
     }
     (sub / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     details = {
         "target": target.manifest_view(),
         "layouts": decisions,
         "kernels": lowered.kernels,
+        "kernel_report": report,
         "metadata": f"{_target_dir(target.name)}/{META}",
     }
     rel = f"{_target_dir(target.name)}/{LIBRARY}"

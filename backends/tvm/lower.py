@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
     from compiler.backend import CapabilityTable
 
-__all__ = ["LoweredModule", "lower_graph"]
+__all__ = ["LoweredModule", "lower_graph", "lower_body"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ def _unsupported(graph: Graph, table: CapabilityTable[Rule]) -> dict[str, list[s
     for node in graph.nodes():
         why = table.reason(graph, node)
         if why is not None:
-            key = node.qualified_op if node.qualified_op not in table else f"{node.qualified_op} ({why})"
+            plain = node.qualified_op not in table and why == f"no {table.backend} lowering"
+            key = node.qualified_op if plain else f"{node.qualified_op} ({why})"
             missing.setdefault(key, []).append(node.name or node.output_names[0])
     return missing
 
@@ -60,24 +61,34 @@ def lower_graph(
         params.append(
             relax.Var(v.name, relax.TensorType([int(d) for d in t.shape or ()], t.dtype.numpy.name))
         )
-    env: dict[tuple[int, int], Any] = {}
     with bb.function("main", params):
         with bb.dataflow():
-            for v, p in zip(graph.inputs, params, strict=True):
-                env[(v.node, v.port)] = p
-            for node in graph.nodes():
-                if node.domain == "" and node.op == INPUT_OP:
-                    continue
-                if node.domain == "" and node.op == CONSTANT_OP:
-                    env[(node.id, 0)] = ctx.const(node.attrs.value)
-                    continue
-                ins = [None if v is None else env[(v.node, v.port)] for v in graph.inputs_of(node)]
-                outs = table.lower_for(node.qualified_op)(ctx, node, ins)
-                for port, expr in enumerate(outs):
-                    env[(node.id, port)] = expr
-                if on_node is not None:
-                    on_node()
-            results = [env[(v.node, v.port)] for v in graph.outputs]
+            results = lower_body(ctx, list(params), on_node)
             out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
         bb.emit_func_output(out)
     return LoweredModule(bb.get(), ctx.kernel_log)
+
+
+def lower_body(ctx: LowerContext, inputs: list[Any], on_node: Callable[[], None] | None = None) -> list[Any]:
+    """Emit ``ctx.graph``'s nodes with its inputs bound to the Relax ``inputs``; its outputs.
+
+    Also lowers a control-flow body in place (``ctx`` then holds the subgraph): the caller has
+    checked every node against the table.
+    """
+    graph, table = ctx.graph, capabilities()
+    env: dict[tuple[int, int], Any] = {}
+    for v, p in zip(graph.inputs, inputs, strict=True):
+        env[(v.node, v.port)] = p
+    for node in graph.nodes():
+        if node.domain == "" and node.op == INPUT_OP:
+            continue
+        if node.domain == "" and node.op == CONSTANT_OP:
+            env[(node.id, 0)] = ctx.const(node.attrs.value)
+            continue
+        ins = [None if v is None else env[(v.node, v.port)] for v in graph.inputs_of(node)]
+        outs = table.lower_for(node.qualified_op)(ctx, node, ins)
+        for port, expr in enumerate(outs):
+            env[(node.id, port)] = expr
+        if on_node is not None:
+            on_node()
+    return [env[(v.node, v.port)] for v in graph.outputs]

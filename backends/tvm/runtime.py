@@ -41,6 +41,7 @@ __all__ = [
     "configure_threads",
     "available_cpus",
     "load_cuda_runtime",
+    "kernel_report_of",
 ]
 
 _T = TypeVar("_T")
@@ -325,6 +326,13 @@ class TvmModel:
         from compiler.bench import interleaved
 
         return interleaved({"tvm": self.bind(feeds)}, rounds=rounds, min_batch_s=min_batch_s)["tvm"]
+
+
+def kernel_report_of(path: Path) -> dict[str, Any] | None:
+    """The "which kernel ran" report (per op class: ISA paths, kernels, schedules) in the
+    ``model.json`` next to ``path``; None for an artifact written before Kiln recorded it."""
+    report = _read_json(Path(path).with_suffix(".json")).get("kernel_report")
+    return dict(report) if isinstance(report, dict) else None
 
 
 def load_artifact(path: Path, threads: int | None = None) -> TvmModel:

@@ -78,12 +78,6 @@ def _clip(lo: float | None, hi: float | None) -> Callable[[Graph, Value, float, 
     return expand
 
 
-def _silu(g: Graph, x: Value, alpha: float, beta: float, name: str) -> Value:
-    """x * Sigmoid(x) (SiLU / swish)."""
-    s = g.value(g.add_node("Sigmoid", [x], name=f"{name}_sigmoid"))
-    return g.value(g.add_node("Mul", [x, s], name=name))
-
-
 def _np(x: np.ndarray, v: float) -> np.ndarray:
     return np.asarray(v, dtype=x.dtype)
 
@@ -113,7 +107,6 @@ ACTIVATIONS: dict[str, Activation] = {
             _unary("HardSwish"),
         ),
         Activation("tanh", lambda x, a, b: np.tanh(x), _unary("Tanh")),
-        Activation("silu", lambda x, a, b: x * get_op("Sigmoid").reference([x], None, 1)[0], _silu),
     ]
 }
 

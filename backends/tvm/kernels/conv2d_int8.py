@@ -29,7 +29,7 @@ from backends.tvm.kernels.arm_int8_dot import (
     weight_sum,
 )
 from backends.tvm.kernels.epilogue import activation_expr
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled
+from backends.tvm.kernels.kernel import INT8_DOT_ISA, Kernel, mark_scheduled, simd_isa
 from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec, linear_requant_expr
 
 if TYPE_CHECKING:
@@ -419,5 +419,8 @@ def qconv2d_kernel(spec: QConv2dSpec, target: TargetSpec) -> Kernel:
     else:
         _schedule_general(sch, spec, kind, wide)
     name = qconv2d_name(spec, target)
-    scheduled = mark_scheduled(sch.mod["main"].with_attr("global_symbol", name), f"qconv2d_{kind}")
+    op_class = "depthwise_conv" if kind == "depthwise" else "conv"
+    isa = INT8_DOT_ISA.get(kind) or simd_isa(target)  # depthwise: int32 math in the SIMD registers
+    func = sch.mod["main"].with_attr("global_symbol", name)
+    scheduled = mark_scheduled(func, f"qconv2d_{kind}", op_class, isa)
     return Kernel(name=name, func=scheduled, out_shape=spec.out_shape, out_dtype=spec.out_dtype)

@@ -1,8 +1,12 @@
-"""General (groups == 1) fp32 conv2d in NCHW[b]c layout: TE compute plus an x86 register-tile schedule.
+"""General (groups == 1) and grouped fp32 conv2d in NCHW[b]c layout: TE compute plus an x86
+register-tile schedule.
 
 ``y[n, o, oh, ow, bo] = act(bias[o, bo] (+ res[n, o, oh, ow, bo])
-    + sum_{i, kh, kw, bi} xp[n, i, oh*sh + kh*dh, ow*sw + kw*dw, bi] * W[o, i, kh, kw, bi, bo])``
-with ``xp`` the input zero-padded by ``pads`` (a separate, parallel stage; absent when pads are 0).
+    + sum_{i, kh, kw, bi} xp[n, s(o) + i, oh*sh + kh*dh, ow*sw + kw*dw, bi] * W[o, i, kh, kw, bi, bo])``
+with ``xp`` the input zero-padded by ``pads`` (a separate, parallel stage; absent when pads are 0),
+``i`` over every input chunk and ``s(o) = 0`` for groups == 1, and for a grouped conv ``i`` over
+the ``group_chunks`` input chunks of output chunk ``o`` from ``s(o) = group_chunk_start(o)``
+(:mod:`backends.tvm.kernels.conv_geometry`).
 
 Schedule (classic direct-conv register tiling): split ``o -> (oo, oi)``, ``oh -> (hho, hhi)``,
 ``ow -> (wo, wi)`` and order ``[n*oo*hho] (parallel), wo, i, kh, kw, bi, oi, hhi, wi, bo``; the
@@ -15,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from backends.tvm.kernels.conv_geometry import grouped_fits
 from backends.tvm.kernels.conv_spec import Conv2dSpec
 from backends.tvm.kernels.epilogue import epilogue_stage
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -69,7 +74,7 @@ def pick_conv_tile(spec: Conv2dSpec, target: TargetSpec) -> ConvTile:
     regs = _vector_registers(target)
     vpb = _ceil_div(spec.out_block, target.lanes)
     occ, oh_, ow_ = spec.out_chunks, spec.out_h, spec.out_w
-    slab = spec.in_chunks * spec.in_block * spec.kernel[0] * spec.kernel[1] * spec.out_block * 4
+    slab = spec.group_chunks * spec.in_block * spec.kernel[0] * spec.kernel[1] * spec.out_block * 4
     best: tuple[float, ConvTile] | None = None
     for oc in range(1, min(occ, 4) + 1):
         if occ % oc:
@@ -141,14 +146,15 @@ def conv2d_nchwc_compute(spec: Conv2dSpec) -> Any:
     bias = te.placeholder((occ, ob), "float32", name="bias")
     residual = te.placeholder(spec.out_shape, "float32", name="residual") if spec.residual else None
     xp = pad_stage(data, spec.pads)
-    ric = te.reduce_axis((0, icc), name="ic")
+    ric = te.reduce_axis((0, spec.group_chunks), name="ic")
     rkh = te.reduce_axis((0, kh), name="kh")
     rkw = te.reduce_axis((0, kw), name="kw")
     rib = te.reduce_axis((0, ib), name="ib")
     conv = te.compute(
         spec.out_shape,
         lambda n, o, y, x, bo: te.sum(
-            xp[n, ric, y * sh + rkh * dh, x * sw + rkw * dw, rib] * weight[o, ric, rkh, rkw, rib, bo],
+            xp[n, spec.group_chunk_start(o) + ric, y * sh + rkh * dh, x * sw + rkw * dw, rib]
+            * weight[o, ric, rkh, rkw, rib, bo],
             axis=[ric, rkh, rkw, rib],
         ),
         name="conv",
@@ -189,11 +195,13 @@ def _schedule(func: Any, spec: Conv2dSpec, tile: ConvTile) -> Any:
 
 
 def conv2d_nchwc_kernel(spec: Conv2dSpec, target: TargetSpec, tile: ConvTile | None = None) -> Kernel:
-    """The scheduled groups == 1 conv kernel; ``tile`` overrides the analytic register tile."""
-    if spec.groups != 1:
-        raise NotImplementedError("conv2d_nchwc handles groups == 1 only")
+    """The scheduled groups == 1 or grouped conv kernel; ``tile`` overrides the analytic register tile."""
+    if spec.groups != 1 and not (spec.is_grouped and grouped_fits(spec)):
+        raise NotImplementedError("conv2d_nchwc handles groups == 1 and grouped convs that fit their blocks")
     t = tile or pick_conv_tile(spec, target)
     func = _schedule(conv2d_nchwc_compute(spec), spec, t)
-    name = f"kiln_conv2d_nchwc_{spec.key()}"
-    func = mark_scheduled(func.with_attr("global_symbol", name), "conv2d_nchwc")
+    grouped = spec.is_grouped
+    name = f"kiln_{'gconv2d' if grouped else 'conv2d'}_nchwc_{spec.key()}"
+    rule, op_class = ("grouped_nchwc", "grouped_conv") if grouped else ("conv2d_nchwc", "conv")
+    func = mark_scheduled(func.with_attr("global_symbol", name), rule, op_class, simd_isa(target))
     return Kernel(name=name, func=func, out_shape=spec.out_shape, out_dtype="float32")

@@ -2,16 +2,38 @@
 
 ``out = (in + pad_begin + pad_end - d*(k-1) - 1) // s + 1`` per spatial axis; channels are
 blocked as ``NCHW[b]c`` with ``ceil(C / b)`` chunks (padded lanes are zero).
+
+Grouped convs (1 < groups, not depthwise; ``gi = IC/groups`` and ``go = OC/groups`` channels a
+group) run blocked when every output chunk's groups read whole input chunks (:func:`grouped_fits`):
+output chunk ``o`` reads the ``group_chunks`` input chunks from ``group_chunk_start(o) =
+((o*ob) // go) * gi // ib``, with the weights of other groups zero (ResNeXt's 32x4d with 16-wide
+blocks: one input chunk an output chunk, a 16x16 block-diagonal weight of 4x4 groups).
+
+Dead taps: tap ``t`` of an axis reads input ``o*s + t*d - pad_begin``; when that is outside
+``[0, in)`` for every output ``o`` the tap only ever multiplies padding zeros. Leading and trailing
+dead taps are dropped exactly (:func:`trim_dead_taps`): ``pad_begin -= t0*d``, ``pad_end -=
+(k-1-t1)*d`` for the live range ``[t0, t1]``, which keeps ``out``. A dilated 3x3 whose dilation
+reaches past the input (DeepLab's ASPP rates 24 and 36 on a 20x20 map) becomes a 1x1.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import astuple, dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["ConvGeometry", "ceil_div", "depthwise_weight", "check_weight_shape"]
+from compiler.ops import blocked_layout as bl
+
+__all__ = [
+    "ConvGeometry",
+    "ceil_div",
+    "depthwise_weight",
+    "check_weight_shape",
+    "live_taps",
+    "trim_dead_taps",
+]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -64,6 +86,28 @@ class ConvGeometry:
         return self.groups > 1 and self.groups == self.in_channels == self.out_channels
 
     @property
+    def is_grouped(self) -> bool:
+        """More than one group and not depthwise."""
+        return self.groups > 1 and not self.is_depthwise
+
+    @property
+    def group_chunks(self) -> int:
+        """The input chunks one output chunk reads (all of them when groups == 1; 0 for a grouped
+        conv that does not fit its blocks, see :func:`grouped_fits`)."""
+        if not self.is_grouped:
+            return self.in_chunks
+        args = (self.in_channels, self.out_channels, self.groups, self.in_block, self.out_block)
+        return bl.grouped_chunks(*args) or 0
+
+    def group_chunk_start(self, o: Any) -> Any:
+        """The first input chunk output chunk ``o`` reads (0 when groups == 1). Works on TIR too."""
+        if not self.is_grouped:
+            return 0
+        return bl.group_chunk_start(
+            o, self.in_channels, self.out_channels, self.groups, self.in_block, self.out_block
+        )
+
+    @property
     def data_shape(self) -> tuple[int, int, int, int, int]:
         """``[N, in_chunks, IH, IW, in_block]``."""
         return (self.batch, self.in_chunks, self.in_h, self.in_w, self.in_block)
@@ -84,6 +128,12 @@ class ConvGeometry:
         return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
 
 
+def grouped_fits(g: ConvGeometry) -> bool:
+    """True when a grouped conv's output chunks read whole, in-range input chunks
+    (:func:`compiler.ops.blocked_layout.grouped_chunks`)."""
+    return g.is_grouped and g.group_chunks > 0
+
+
 def depthwise_weight(w: np.ndarray, spec: ConvGeometry) -> np.ndarray:
     """Depthwise OIHW ``[C, 1, KH, KW]`` -> ``[C, KH, KW]`` (dtype kept); other shapes raise."""
     kh, kw = spec.kernel
@@ -97,3 +147,43 @@ def check_weight_shape(w: np.ndarray, spec: ConvGeometry) -> None:
     expect = (spec.out_channels, spec.in_channels, *spec.kernel)
     if spec.groups != 1 or w.shape != expect:
         raise ValueError(f"weight shape {w.shape} (groups {spec.groups}) != {expect} with groups 1")
+
+
+def live_taps(
+    size: int, kernel: int, stride: int, dilation: int, pad_begin: int, out: int
+) -> tuple[int, int]:
+    """``(t0, t1)``: the first and last tap of one axis that reads the input for some output
+    (``(0, kernel - 1)`` when none does, so nothing is trimmed)."""
+    live = [
+        t for t in range(kernel) if any(0 <= o * stride + t * dilation - pad_begin < size for o in range(out))
+    ]
+    return (live[0], live[-1]) if live else (0, kernel - 1)
+
+
+def trim_dead_taps(
+    w: np.ndarray,
+    in_hw: tuple[int, int],
+    strides: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    dilations: tuple[int, int],
+) -> tuple[np.ndarray, tuple[int, int, int, int], tuple[int, int]]:
+    """``(w, pads, dilations)`` without the leading and trailing dead taps of the OIHW weight ``w``
+    (see the module docstring; an axis left with one tap gets dilation 1); unchanged when no tap
+    is dead or a trimmed pad would be negative."""
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    new_pads = list(pads)
+    keep: list[slice] = []
+    for axis, k in enumerate((kh, kw)):
+        d, s, pb, pe = dilations[axis], strides[axis], pads[axis], pads[axis + 2]
+        out = (in_hw[axis] + pb + pe - d * (k - 1) - 1) // s + 1
+        t0, t1 = live_taps(in_hw[axis], k, s, d, pb, out)
+        nb, ne = pb - t0 * d, pe - (k - 1 - t1) * d
+        if nb < 0 or ne < 0:
+            t0, t1, nb, ne = 0, k - 1, pb, pe
+        new_pads[axis], new_pads[axis + 2] = nb, ne
+        keep.append(slice(t0, t1 + 1))
+    if keep[0] == slice(0, kh) and keep[1] == slice(0, kw):
+        return w, pads, dilations
+    trimmed = np.ascontiguousarray(w[:, :, keep[0], keep[1]])
+    dil = tuple(1 if trimmed.shape[2 + a] == 1 else dilations[a] for a in range(2))
+    return trimmed, (new_pads[0], new_pads[1], new_pads[2], new_pads[3]), (dil[0], dil[1])

@@ -5,6 +5,9 @@ Layouts (channel counts zero-padded up to whole blocks):
 * data ``[N, ceil(IC/ib), IH, IW, ib]``; output and residual ``[N, ceil(OC/ob), OH, OW, ob]``;
 * general conv weight ``[ceil(OC/ob), ceil(IC/ib), KH, KW, ib, ob]`` with
   ``Wp[o, i, kh, kw, bi, bo] = W[o*ob + bo, i*ib + bi, kh, kw]`` (zero outside);
+* grouped conv weight ``[ceil(OC/ob), group_chunks, KH, KW, ib, ob]`` with ``Wp[o, r, kh, kw, bi, bo]``
+  the weight from input channel ``(group_chunk_start(o) + r)*ib + bi`` to output ``o*ob + bo`` (zero
+  where they are in different groups or outside; see :mod:`backends.tvm.kernels.conv_geometry`);
 * depthwise weight ``[ceil(C/cb), KH, KW, cb]`` with ``Wp[c, kh, kw, b] = W[c*cb + b, 0, kh, kw]``;
 * bias ``[ceil(OC/ob), ob]`` with ``Bp[o, b] = B[o*ob + b]`` (zero outside).
 
@@ -18,7 +21,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from backends.tvm.kernels.conv_geometry import ConvGeometry, check_weight_shape, depthwise_weight
+from backends.tvm.kernels.conv_geometry import (
+    ConvGeometry,
+    check_weight_shape,
+    depthwise_weight,
+    grouped_fits,
+)
 from backends.tvm.kernels.epilogue import ACTIVATIONS
 from compiler.ops.blocked_layout import pack
 
@@ -51,11 +59,12 @@ class Conv2dSpec(ConvGeometry):
         kh, kw = self.kernel
         if self.is_depthwise:
             return (self.out_chunks, kh, kw, self.out_block)
-        return (self.out_chunks, self.in_chunks, kh, kw, self.in_block, self.out_block)
+        return (self.out_chunks, self.group_chunks, kh, kw, self.in_block, self.out_block)
 
 
 def supports(spec: Conv2dSpec) -> bool:
-    """True when :func:`conv2d_kernel` builds this spec (groups == 1 or depthwise, valid shapes)."""
+    """True when :func:`conv2d_kernel` builds this spec (groups == 1, depthwise, or grouped with whole
+    input chunks per output chunk; valid shapes)."""
     if spec.activation not in ACTIVATIONS:
         return False
     if min(spec.batch, spec.in_channels, spec.out_channels, spec.in_h, spec.in_w) < 1:
@@ -66,6 +75,8 @@ def supports(spec: Conv2dSpec) -> bool:
         return False
     if spec.groups == 1:
         return True
+    if spec.is_grouped:
+        return grouped_fits(spec)
     return spec.is_depthwise and spec.in_block == spec.out_block
 
 
@@ -79,12 +90,32 @@ def pack_weight(w: np.ndarray, spec: Conv2dSpec) -> np.ndarray:
         full[: spec.out_channels] = depthwise_weight(w, spec)
         packed = full.reshape(spec.out_chunks, spec.out_block, kh, kw).transpose(0, 2, 3, 1)
         return np.ascontiguousarray(packed)
+    if spec.is_grouped:
+        return _pack_grouped(w, spec)
     check_weight_shape(w, spec)
     ic_pad = spec.in_chunks * spec.in_block
     full = np.zeros((oc_pad, ic_pad, kh, kw), np.float32)
     full[: spec.out_channels, : spec.in_channels] = w
     packed = full.reshape(spec.out_chunks, spec.out_block, spec.in_chunks, spec.in_block, kh, kw)
     return np.ascontiguousarray(packed.transpose(0, 2, 4, 5, 3, 1))
+
+
+def _pack_grouped(w: np.ndarray, spec: Conv2dSpec) -> np.ndarray:
+    """Grouped OIHW ``[OC, IC/groups, KH, KW]`` -> ``[OCc, group_chunks, KH, KW, ib, ob]`` (see above)."""
+    kh, kw = spec.kernel
+    gi, go = spec.in_channels // spec.groups, spec.out_channels // spec.groups
+    if w.shape != (spec.out_channels, gi, kh, kw):
+        raise ValueError(f"grouped weight shape {w.shape} != {(spec.out_channels, gi, kh, kw)}")
+    ib, ob, r = spec.in_block, spec.out_block, spec.group_chunks
+    out = np.zeros((spec.out_chunks, r, kh, kw, ib, ob), np.float32)
+    for o in range(spec.out_chunks):
+        oc = np.arange(o * ob, (o + 1) * ob)
+        ic = (spec.group_chunk_start(o) * ib + np.arange(r * ib)).reshape(r, ib)
+        live = (oc[None, None, :] < spec.out_channels) & (ic[:, :, None] < spec.in_channels)
+        live &= ic[:, :, None] // gi == oc[None, None, :] // go
+        rr, bi, bo = np.nonzero(live)
+        out[o, rr, :, :, bi, bo] = w[oc[bo], ic[rr, bi] - (oc[bo] // go) * gi]
+    return out
 
 
 def pack_bias(b: np.ndarray | None, spec: Conv2dSpec) -> np.ndarray:
@@ -101,10 +132,12 @@ def pack_data(x: np.ndarray, block: int) -> np.ndarray:
 
 
 def conv2d_kernel(spec: Conv2dSpec, target: TargetSpec) -> Kernel:
-    """The scheduled kernel for ``spec``: depthwise or general; other grouped convs raise."""
+    """The scheduled kernel for ``spec``: depthwise, general or grouped (:func:`supports`)."""
     if not supports(spec):
-        if spec.groups != 1 and not spec.is_depthwise:
-            raise NotImplementedError(f"grouped conv with groups={spec.groups} is not supported")
+        if spec.is_grouped:
+            raise NotImplementedError(
+                f"grouped conv with groups={spec.groups} does not fit its blocks: {spec}"
+            )
         raise NotImplementedError(f"unsupported conv2d spec: {spec}")
     if spec.is_depthwise:
         from backends.tvm.kernels.depthwise_nchwc import depthwise_nchwc_kernel

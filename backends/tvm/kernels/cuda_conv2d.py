@@ -262,9 +262,10 @@ def schedule_depthwise(sch: Any) -> None:
     sch.decompose_reduction(conv, kh)
 
 
-def mark_cuda_scheduled(func: Any, rule: str, name: str) -> Any:
+def mark_cuda_scheduled(func: Any, rule: str, name: str, op_class: str, isa: str = "cuda") -> Any:
     """``func`` named ``name`` with Kiln's kernel attributes and ``tirx.is_scheduled`` (dlight skips it)."""
-    return mark_scheduled(func.with_attr("global_symbol", name), rule).with_attr(SCHEDULED_ATTR, True)
+    func = mark_scheduled(func.with_attr("global_symbol", name), rule, op_class, isa)
+    return func.with_attr(SCHEDULED_ATTR, True)
 
 
 def cuda_conv2d_kernel(spec: Conv2dSpec, target: TargetSpec) -> Kernel:
@@ -283,6 +284,7 @@ def cuda_conv2d_kernel(spec: Conv2dSpec, target: TargetSpec) -> Kernel:
         schedule_implicit_gemm(sch, gemm_tile(spec.out_channels, spec.out_h, spec.out_w), "im2col", "weight")
         kind = "gemm"
     name = f"kiln_cuda_conv2d_{kind}{kh}x{kw}s{spec.strides[0]}_{spec.key()}"
-    func = mark_cuda_scheduled(sch.mod["main"], "cuda_conv2d", name)
+    op_class = "depthwise_conv" if spec.is_depthwise else "conv"
+    func = mark_cuda_scheduled(sch.mod["main"], "cuda_conv2d", name, op_class)
     out_shape = (spec.batch, spec.out_channels, spec.out_h, spec.out_w)
     return Kernel(name=name, func=func, out_shape=out_shape, out_dtype="float32")

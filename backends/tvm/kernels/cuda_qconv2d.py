@@ -258,6 +258,9 @@ def cuda_qconv2d_kernel(spec: QConv2dSpec, target: TargetSpec) -> Kernel:
         _accumulate_in_dp4a(sch)
         kind = "dp4a"
     name = f"kiln_cuda_qconv2d_{kind}{kh}x{kw}s{spec.strides[0]}_{spec.key()}"
-    func = mark_cuda_scheduled(sch.mod["main"], "cuda_qconv2d", name)
+    if spec.is_depthwise:
+        func = mark_cuda_scheduled(sch.mod["main"], "cuda_qconv2d", name, "depthwise_conv", "cuda")
+    else:
+        func = mark_cuda_scheduled(sch.mod["main"], "cuda_qconv2d", name, "conv", "dp4a")
     out_shape = (spec.batch, spec.out_channels, spec.out_h, spec.out_w)
     return Kernel(name=name, func=func, out_shape=out_shape, out_dtype=spec.out_dtype)

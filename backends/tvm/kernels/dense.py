@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from backends.tvm.kernels.epilogue import ACTIVATIONS, activation_expr
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -188,5 +188,5 @@ def dense_kernel(spec: DenseSpec, target: TargetSpec) -> Kernel:
     """The scheduled dense kernel for ``spec`` (args ``x, Wp[, bias], out``)."""
     func = _schedule(dense_compute(spec), spec, target)
     name = f"kiln_dense_{spec.key()}"
-    func = mark_scheduled(func.with_attr("global_symbol", name), "dense")
+    func = mark_scheduled(func.with_attr("global_symbol", name), "dense", "dense", simd_isa(target))
     return Kernel(name=name, func=func, out_shape=spec.out_shape, out_dtype="float32")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from backends.tvm.kernels.conv2d_nchwc import pad_stage, schedule_pad
 from backends.tvm.kernels.conv_spec import Conv2dSpec
 from backends.tvm.kernels.epilogue import epilogue_stage
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -116,5 +116,7 @@ def depthwise_nchwc_kernel(spec: Conv2dSpec, target: TargetSpec, tile_w: int | N
     wi = tile_w or pick_depthwise_tile(spec, target)
     func = _schedule(depthwise_nchwc_compute(spec), spec, wi)
     name = f"kiln_dwconv2d_nchwc_{spec.key()}"
-    func = mark_scheduled(func.with_attr("global_symbol", name), "depthwise_nchwc")
+    func = mark_scheduled(
+        func.with_attr("global_symbol", name), "depthwise_nchwc", "depthwise_conv", simd_isa(target)
+    )
     return Kernel(name=name, func=func, out_shape=spec.out_shape, out_dtype="float32")

@@ -7,11 +7,15 @@ Activation math follows ONNX exactly:
 * sigmoid ``1 / (1 + exp(-x))``; tanh;
 * hard_sigmoid ``max(0, min(1, alpha * x + beta))``;
 * hard_swish ``x * max(0, min(1, x / 6 + 0.5))`` (ONNX HardSwish).
+
+exp and tanh are :mod:`backends.tvm.kernels.fast_math`'s vectorizable forms.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from backends.tvm.kernels.fast_math import fast_sigmoid, fast_tanh
 
 __all__ = ["ACTIVATIONS", "activation_expr", "epilogue_stage"]
 
@@ -46,9 +50,9 @@ def activation_expr(x: Any, activation: str, alpha: float, beta: float) -> Any:
     if activation == "leaky_relu":
         return tirx.Select(x >= c(0.0), x, x * c(alpha))
     if activation == "sigmoid":
-        return c(1.0) / (c(1.0) + te.exp(c(0.0) - x))
+        return fast_sigmoid(x)
     if activation == "tanh":
-        return te.tanh(x)
+        return fast_tanh(x)
     if activation == "hard_sigmoid":
         return te.max(c(0.0), te.min(c(1.0), x * c(alpha) + c(beta)))
     if activation == "hard_swish":

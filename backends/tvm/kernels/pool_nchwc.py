@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -206,5 +206,5 @@ def pool_kernel(spec: PoolSpec, target: TargetSpec) -> Kernel:
     """The scheduled pooling kernel for ``spec`` (args ``data, out``)."""
     func = _schedule(pool_compute(spec), spec, target)
     name = f"kiln_pool_{spec.mode}_nchwc_{spec.key()}"
-    func = mark_scheduled(func.with_attr("global_symbol", name), "pool_nchwc")
+    func = mark_scheduled(func.with_attr("global_symbol", name), "pool_nchwc", "pooling", simd_isa(target))
     return Kernel(name=name, func=func, out_shape=spec.out_shape, out_dtype="float32")

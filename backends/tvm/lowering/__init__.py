@@ -3,4 +3,16 @@
 Importing this package registers every rule in :mod:`backends.tvm.lowering.table`.
 """
 
-from backends.tvm.lowering import conv, elementwise, nn, normalization, tensor  # noqa: F401
+from backends.tvm.lowering import (  # noqa: F401
+    control_flow,
+    conv,
+    elementwise,
+    indexing,
+    math,
+    nn,
+    normalization,
+    recurrent,
+    static_values,
+    tensor,
+    weight_only,
+)

@@ -69,6 +69,18 @@ def _conv_fields(ctx: LowerContext, node: Node, w: np.ndarray) -> dict[str, Any]
     }
 
 
+def _trim(w: np.ndarray, fields: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+    """Drop the taps that only ever read padding (``conv_geometry.trim_dead_taps``: exact)."""
+    from backends.tvm.kernels.conv_geometry import trim_dead_taps
+
+    hw = (fields["in_h"], fields["in_w"])
+    w2, pads, dil = trim_dead_taps(w, hw, fields["strides"], fields["pads"], fields["dilations"])
+    if w2 is w:
+        return w, fields
+    kernel = (int(w2.shape[2]), int(w2.shape[3]))
+    return w2, {**fields, "kernel": kernel, "pads": pads, "dilations": dil}
+
+
 def _act(node: Node) -> tuple[str, float, float]:
     a = node.attrs
     return (getattr(a, "activation", "none"), float(getattr(a, "alpha", 0.0)), float(getattr(a, "beta", 0.0)))
@@ -151,7 +163,7 @@ def _conv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
         if (out := cuda_conv(ctx, node, ins)) is not None:
             return out
     w, b, residual = _conv_inputs(ctx, node, ins, np.float32, const_bias=True)
-    fields = _conv_fields(ctx, node, w)
+    w, fields = _trim(w, _conv_fields(ctx, node, w))
     act, alpha, beta = _act(node)
     if fields["in_block"]:
         from backends.tvm.kernels.conv_spec import conv2d_kernel, pack_bias, pack_weight
@@ -189,7 +201,7 @@ def _qconv(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
             return out
     a = node.attrs
     w, b, residual = _conv_inputs(ctx, node, ins, np.int8, const_bias=False)
-    fields = _conv_fields(ctx, node, w)
+    w, fields = _trim(w, _conv_fields(ctx, node, w))
     w_scales = np.broadcast_to(np.asarray(a.w_scales, np.float32), (w.shape[0],))
     act, alpha, beta = _act(node)
     if fields["in_block"]:

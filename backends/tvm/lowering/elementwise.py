@@ -39,6 +39,10 @@ _BINARY: dict[str, str] = {
     "GreaterOrEqual": "greater_equal",
     "And": "logical_and",
     "Or": "logical_or",
+    "Xor": "logical_xor",
+    "BitwiseAnd": "bitwise_and",
+    "BitwiseOr": "bitwise_or",
+    "BitwiseXor": "bitwise_xor",
 }
 
 _UNARY: dict[str, str] = {
@@ -57,6 +61,17 @@ _UNARY: dict[str, str] = {
     "Sin": "sin",
     "Cos": "cos",
     "Not": "logical_not",
+    "BitwiseNot": "bitwise_not",
+    "Tan": "tan",
+    "Asin": "asin",
+    "Acos": "acos",
+    "Atan": "atan",
+    "Sinh": "sinh",
+    "Cosh": "cosh",
+    "Asinh": "asinh",
+    "Acosh": "acosh",
+    "Atanh": "atanh",
+    "IsNaN": "isnan",
     "Reciprocal": "",  # 1 / x below
 }
 

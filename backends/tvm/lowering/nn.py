@@ -125,6 +125,50 @@ def _reduce(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(fn(ins[0], list(axes), keepdims=bool(node.attrs.keepdims)))]
 
 
+def _reduce_axes_reason(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
+    if len(ins) > 1 and ins[1] is not None and ins[1].const is None:
+        return "axes (input 1) must be a constant for --target"
+    return None
+
+
+# op -> (elementwise before, Relax reduction, elementwise after); None = identity
+_COMPOSITE_REDUCE: dict[str, tuple[str | None, str, str | None]] = {
+    "ReduceL1": ("abs", "sum", None),
+    "ReduceL2": ("square", "sum", "sqrt"),
+    "ReduceSumSquare": ("square", "sum", None),
+    "ReduceLogSum": (None, "sum", "log"),
+    "ReduceProd": (None, "prod", None),
+}
+
+
+@lowers(*_COMPOSITE_REDUCE, check=_reduce_axes_reason)
+def _composite_reduce(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """post(reduce(pre(x))); with empty axes and noop_with_empty_axes only pre and post apply."""
+    op = _op()
+    shape = _in_shape(ctx, node)
+    axes = reduce_axes(ctx.input_const(node, 1), len(shape), bool(node.attrs.noop_with_empty_axes))
+    pre, red, post = _COMPOSITE_REDUCE[node.op]
+    y = ins[0] if pre is None else ctx.emit(getattr(op, pre)(ins[0]))
+    if axes:
+        y = ctx.emit(getattr(op, red)(y, list(axes), keepdims=bool(node.attrs.keepdims)))
+    return [y if post is None else ctx.emit(getattr(op, post)(y))]
+
+
+@lowers("ReduceLogSumExp", check=_reduce_axes_reason)
+def _reduce_log_sum_exp(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """m + log(sum(exp(x - m))) with m the max over the axes (no overflow)."""
+    op = _op()
+    shape = _in_shape(ctx, node)
+    axes = reduce_axes(ctx.input_const(node, 1), len(shape), bool(node.attrs.noop_with_empty_axes))
+    if not axes:
+        return [ins[0]]  # log(exp(x)) elementwise
+    m = ctx.emit(op.max(ins[0], list(axes), keepdims=True))
+    s = ctx.emit(op.sum(op.exp(op.subtract(ins[0], m)), list(axes), keepdims=True))
+    y = ctx.emit(op.add(op.log(s), m))
+    return [y if node.attrs.keepdims else ctx.emit(op.reshape(y, ctx.out_shape(node)))]
+
+
 @lowers("Softmax", "LogSoftmax")
 def _softmax(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     rank = len(_in_shape(ctx, node))
@@ -245,3 +289,24 @@ def _qgemm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     m = np.broadcast_to(qconv_requant_multiplier(float(a.x_scale), tuple(a.w_scales), float(a.y_scale)), (n,))
     bounds = (-np.inf, np.inf)
     return [linear_requantize(ctx, acc, np.ascontiguousarray(m), bounds, int(a.y_zero), a.out_dtype)]
+
+
+_GRID_METHOD = {"linear": "bilinear", "nearest": "nearest", "cubic": "bicubic"}
+
+
+def _grid_sample_reason(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    return None if x.type.rank == 4 else "only 2-D GridSample (4-D X) lowers to TVM"
+
+
+@lowers("GridSample", check=_grid_sample_reason)
+def _grid_sample(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """TOPI's grid_sample on the grid moved to [N, 2, Ho, Wo]."""
+    op = _op()
+    a = node.attrs
+    grid = ctx.emit(op.permute_dims(ins[1], [0, 3, 1, 2]))
+    y = op.image.grid_sample(
+        ins[0], grid, _GRID_METHOD[a.mode], "NCHW", a.padding_mode, bool(a.align_corners)
+    )
+    return [ctx.emit(y)]

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from backends.tvm.lowering.math import softplus
 from backends.tvm.lowering.table import LowerContext, const_inputs, lowers, single_output
 from compiler.backend import all_of
 from compiler.ir.graph import Graph, Node
@@ -100,8 +101,61 @@ def _elu(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
 
 @lowers("Softplus")
 def _softplus(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    return [softplus(ctx, ins[0], ctx.in_type(node, 0).dtype.numpy.name)]
+
+
+def _lp_reason(graph: Graph, node: Node) -> str | None:
+    return None if node.attrs.p in (1, 2) else f"LpNormalization p={node.attrs.p} (only 1 and 2 exist)"
+
+
+@lowers("LpNormalization", check=_lp_reason)
+def _lp_normalization(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """x / ||x||_p along ``axis`` (p = 1: sum |x|; p = 2: sqrt(sum x^2))."""
     op = _op()
-    return [ctx.emit(op.log(op.add(op.exp(ins[0]), ctx.scalar(1.0, "float32"))))]
+    axis = int(node.attrs.axis) % len(ctx.in_type(node, 0).static_shape)
+    if node.attrs.p == 1:
+        norm = op.sum(op.abs(ins[0]), [axis], keepdims=True)
+    else:
+        norm = op.sqrt(op.sum(op.multiply(ins[0], ins[0]), [axis], keepdims=True))
+    return [ctx.emit(op.divide(ins[0], ctx.emit(norm)))]
+
+
+@lowers("RMSNormalization")
+def _rms_normalization(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """x / sqrt(mean(x^2 over axis..) + eps) * scale; the statistics in float32 when stash_type = 1."""
+    op = _op()
+    dt = ctx.in_type(node, 0).dtype.numpy.name
+    rank = len(ctx.in_type(node, 0).static_shape)
+    axes = list(range(int(node.attrs.axis) % rank, rank))
+    stat = "float32" if node.attrs.stash_type == 1 else dt
+    x = ins[0] if stat == dt else ctx.emit(op.astype(ins[0], stat))
+    ms = ctx.emit(op.mean(op.multiply(x, x), axes, keepdims=True))
+    y = ctx.emit(op.divide(x, op.sqrt(op.add(ms, ctx.scalar(float(node.attrs.epsilon), stat)))))
+    if stat != dt:
+        y = ctx.emit(op.astype(y, dt))
+    return [ctx.emit(op.multiply(y, ins[1]))]
+
+
+@lowers("LRN")
+def _lrn(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """x / (bias + alpha / size * sum of x^2 over the channel window)^beta (window
+    [c - floor((size-1)/2), c + ceil((size-1)/2)], zero outside)."""
+    op = _op()
+    a = node.attrs
+    dt = ctx.in_type(node, 0).dtype.numpy.name
+    shape = ctx.in_type(node, 0).static_shape
+    size, rank = int(a.size), len(shape)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = ctx.emit(op.multiply(ins[0], ins[0]))
+    width = [0, 0, lo, hi] + [0, 0] * (rank - 2)
+    padded = ctx.emit(op.nn.pad(sq, width, "constant", 0.0))
+    c = shape[1]
+    parts = [ctx.emit(op.strided_slice(padded, [1], [i], [i + c])) for i in range(size)]
+    total = parts[0]
+    for p in parts[1:]:
+        total = ctx.emit(op.add(total, p))
+    base = op.add(ctx.scalar(float(a.bias), dt), op.multiply(total, ctx.scalar(float(a.alpha) / size, dt)))
+    return [ctx.emit(op.divide(ins[0], op.power(base, ctx.scalar(float(a.beta), dt))))]
 
 
 @lowers("Sum", "Mean")

@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     from compiler.ir.graph import Graph, Node
     from compiler.ir.types import TensorType
 
-__all__ = ["LowerContext", "Rule", "lowers", "capabilities", "const_inputs", "single_output"]
+__all__ = [
+    "LowerContext",
+    "Rule",
+    "lowers",
+    "capabilities",
+    "const_inputs",
+    "single_output",
+    "REFUSED",
+    "TvmCapabilityTable",
+]
 
 Expr = Any  # tvm.relax.Expr
 
@@ -91,11 +100,13 @@ class LowerContext:
         """Add ``kernel`` once (deduplicated by name) and emit a ``call_tir`` to it."""
         from tvm import relax
 
+        from backends.tvm.kernel_report import kernel_entry
+
         gv = self.kernels.get(kernel.name)
         if gv is None:
             gv = self.bb.add_func(kernel.func.with_attr("global_symbol", kernel.name), kernel.name)
             self.kernels[kernel.name] = gv
-            self.kernel_log.append({"kernel": kernel.name, "rule": str(kernel.func.attrs["kiln.scheduled"])})
+            self.kernel_log.append(kernel_entry(kernel.name, kernel.func))
         out = relax.TensorType(kernel.out_shape, kernel.out_dtype)
         return self.emit(relax.call_tir(gv, args, out))
 
@@ -117,12 +128,37 @@ def lowers(*ops: str, check: Check | None = None) -> Callable[[Rule], Rule]:
     return deco
 
 
+_DATA_SHAPED = "its output length depends on the data, and TVM artifacts have static shapes"
+REFUSED: dict[str, str] = {
+    "NonZero": _DATA_SHAPED + " (fold-constants computes it when the input is a constant)",
+    "NonMaxSuppression": _DATA_SHAPED,
+    "Compress": _DATA_SHAPED + " (fold-constants computes it when the condition is a constant)",
+    "Loop": "Loop needs run-time control flow (unroll-loops unrolls a constant trip count first)",
+    "Scan": "Scan needs run-time control flow",
+    "RandomNormalLike": "random number generation is not lowered (the op is not deterministic)",
+    "RandomUniformLike": "random number generation is not lowered (the op is not deterministic)",
+    "Det": "a determinant needs a pivoted LU factorization, which Kiln does not lower",
+}
+"""Ops without a rule on purpose, with the reason the preflight and the lowering report."""
+
+
+class TvmCapabilityTable(CapabilityTable[Rule]):
+    """The TVM table: ops in :data:`REFUSED` are refused with their reason."""
+
+    def reason(self, graph: Graph, node: Node) -> str | None:
+        """Why TVM cannot lower ``node`` (the precise reason for a deliberately refused op)."""
+        why = super().reason(graph, node)
+        if why is not None and node.qualified_op not in self and node.qualified_op in REFUSED:
+            return f"{why}: {REFUSED[node.qualified_op]}"
+        return why
+
+
 @functools.cache
 def capabilities() -> CapabilityTable[Rule]:
     """The TVM op table (the same for every target: rules pick target kernels themselves)."""
     import backends.tvm.lowering  # noqa: F401  (registers the rules)
 
-    return CapabilityTable("tvm", _RULES)
+    return TvmCapabilityTable("tvm", _RULES)
 
 
 def const_inputs(*ports: tuple[int, str]) -> Check:

@@ -180,3 +180,75 @@ def _pad(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
 @lowers("Dropout", check=single_output("Dropout's mask output has no TVM lowering"))
 def _dropout(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ins[0]]
+
+
+def _blocksize_reason(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    return None if x.type.rank == 4 and node.attrs.blocksize >= 1 else "only 4-D inputs with blocksize >= 1"
+
+
+@lowers("DepthToSpace", check=_blocksize_reason)
+def _depth_to_space(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """[N, C, H, W] -> [N, C/b², H b, W b]: DCR splits C as (b, b, C/b²), CRD as (C/b², b, b)."""
+    op = _op()
+    n, c, h, w = ctx.in_type(node, 0).static_shape
+    b = int(node.attrs.blocksize)
+    if node.attrs.mode == "CRD":
+        x = op.reshape(ins[0], (n, c // (b * b), b, b, h, w))
+        perm = [0, 1, 4, 2, 5, 3]
+    else:
+        x = op.reshape(ins[0], (n, b, b, c // (b * b), h, w))
+        perm = [0, 3, 4, 1, 5, 2]
+    y = ctx.emit(op.permute_dims(ctx.emit(x), perm))
+    return [ctx.emit(op.reshape(y, ctx.out_shape(node)))]
+
+
+@lowers("SpaceToDepth", check=_blocksize_reason)
+def _space_to_depth(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """[N, C, H, W] -> [N, C b², H/b, W/b], the new channel as (bh, bw, c)."""
+    op = _op()
+    n, c, h, w = ctx.in_type(node, 0).static_shape
+    b = int(node.attrs.blocksize)
+    x = ctx.emit(op.reshape(ins[0], (n, c, h // b, b, w // b, b)))
+    y = ctx.emit(op.permute_dims(x, [0, 3, 5, 1, 2, 4]))
+    return [ctx.emit(op.reshape(y, ctx.out_shape(node)))]
+
+
+def _k_reason(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
+    if len(ins) > 1 and ins[1] is not None and ins[1].const is None:
+        return "k (input 1) must be a constant for --target"
+    return None
+
+
+@lowers("Trilu", check=_k_reason)
+def _trilu(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    k_c = ctx.input_const(node, 1)
+    k = int(k_c.reshape(-1)[0]) if k_c is not None else 0
+    fn = _op().triu if node.attrs.upper else _op().tril
+    return [ctx.emit(fn(ins[0], k))]
+
+
+@lowers("Einsum")
+def _einsum(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    from tvm import relax
+
+    equation = node.attrs.equation.replace(" ", "")
+    return [ctx.emit(_op().einsum(relax.Tuple(list(ins)), equation))]
+
+
+@lowers("CumSum", "CumProd", check=const_inputs((1, "axis")))
+def _cumulative(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """Running sum/product along ``axis``; ``exclusive`` shifts by one, ``reverse`` runs from the end."""
+    from tvm import topi
+
+    op = _op()
+    rank = len(ctx.in_type(node, 0).static_shape)
+    axis = int(ctx.require_const(node, 1, "axis").reshape(-1)[0]) % rank
+    lib = topi.gpu if ctx.target.kind == "cuda" else topi  # Relax 0.27 does not legalize cumsum
+    fn = lib.cumsum if node.op == "CumSum" else lib.cumprod
+    x = ctx.emit(op.flip(ins[0], axis)) if node.attrs.reverse else ins[0]
+    with ctx.target.tvm_target():  # the GPU scan reads the thread limit of the current target
+        y = ctx.bb.emit_te(fn, x, axis, None, bool(node.attrs.exclusive), primfunc_name_hint=node.op.lower())
+    return [ctx.emit(op.flip(y, axis)) if node.attrs.reverse else y]
