@@ -45,8 +45,12 @@ from compiler.calibration.observers import make_observer  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "models"
 # Kiln's method -> onnxruntime's HistogramCollector method (None: min/max reduction; absent: no peer).
-PEERS: dict[str, str | None] = {"minmax": None, "percentile": "percentile", "entropy": "entropy",
-                                "entropy-ort": "entropy"}
+PEERS: dict[str, str | None] = {
+    "minmax": None,
+    "percentile": "percentile",
+    "entropy": "entropy",
+    "entropy-ort": "entropy",
+}
 METHODS = ("minmax", "percentile", "entropy", "entropy-ort", "mse")
 
 Activations = list[dict[str, np.ndarray]]
@@ -103,8 +107,14 @@ def ort_seconds(method: str, acts: Activations) -> float:
             hi = max(float(s[n].max()) for s in acts)
             assert lo <= hi
     else:
-        collector = HistogramCollector(peer, symmetric=False, num_bins=128 if peer == "entropy" else 2048,
-                                       num_quantized_bins=128, percentile=99.999, scenario="same")
+        collector = HistogramCollector(
+            peer,
+            symmetric=False,
+            num_bins=128 if peer == "entropy" else 2048,
+            num_quantized_bins=128,
+            percentile=99.999,
+            scenario="same",
+        )
         with contextlib.redirect_stdout(io.StringIO()):  # its progress prints
             for sample in acts:
                 collector.collect({n: [a] for n, a in sample.items()})

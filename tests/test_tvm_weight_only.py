@@ -32,15 +32,16 @@ from compiler.ir.graph import Graph
 from compiler.ir.interpreter import run_graph
 from compiler.ir.types import DType, TensorType
 from compiler.ops.fused import KILN
-from compiler.ops.weight_only import WeightOnlyMatMulAttrs, block_count, level_range
+from compiler.ops.weight_only import WeightOnlyMatMulAttrs
 from compiler.runners import run_artifact, run_onnxruntime
 from compiler.support_matrix import support_matrix
 from tests.helpers.numerics import assert_close
+from tests.helpers.weight_only_graphs import Layer, weight_only_graph
 from tests.helpers.zoo import ZooCache, zoo  # noqa: F401 - the session fixture
 
 TOL = 1e-5
 # (a shape, N, bits, block, scale dtype, symmetric, bias)
-LAYERS = [
+LAYERS: list[Layer] = [
     ((2, 5, 256), 48, 4, 32, "fp16", True, True),
     ((7, 200), 40, 4, 64, "fp32", False, False),  # K = 200: a short last block
     ((1, 9, 768), 64, 8, 128, "fp16", False, True),
@@ -52,32 +53,7 @@ LAYERS = [
 
 
 def _graph() -> tuple[Graph, dict[str, np.ndarray]]:
-    rng = np.random.default_rng(0)
-    g = Graph("wo")
-    feeds: dict[str, np.ndarray] = {}
-    outs = []
-    for i, (shape, n, bits, block, sd, sym, bias) in enumerate(LAYERS):
-        k = shape[-1]
-        lo, hi = level_range(bits)
-        nb = block_count(k, block)
-        feeds[f"a{i}"] = rng.standard_normal(shape).astype(np.float32)
-        ins = [
-            g.add_input(f"a{i}", TensorType(DType.FLOAT32, shape)),
-            g.add_constant(rng.integers(lo, hi + 1, (n, k)).astype(np.int8), f"q{i}"),
-            g.add_constant(
-                rng.uniform(0.001, 0.05, (n, nb)).astype(np.float16 if sd == "fp16" else np.float32)
-            ),
-            None if sym else g.add_constant(rng.integers(lo, hi + 1, (n, nb)).astype(np.int8), f"z{i}"),
-            g.add_constant(rng.standard_normal(n).astype(np.float32), f"b{i}") if bias else None,
-        ]
-        while ins[-1] is None:
-            ins.pop()
-        node = g.add_node(
-            "WeightOnlyMatMul", ins, WeightOnlyMatMulAttrs(bits, block), domain=KILN, name=f"y{i}"
-        )
-        outs.append(g.value(node))
-    g.set_outputs(outs)
-    return g, feeds
+    return weight_only_graph(LAYERS, seed=0)
 
 
 def test_cpu_matches_the_reference_with_int8_levels_in_the_library() -> None:

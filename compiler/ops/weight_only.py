@@ -40,6 +40,9 @@ __all__ = [
     "level_range",
     "dequantize_levels",
     "weight_only_matmul",
+    "check_levels",
+    "check_grid",
+    "check_block_tables",
 ]
 
 WEIGHT_ONLY_BITS = (4, 8)
@@ -104,7 +107,7 @@ def weight_only_matmul(
     return np.asarray(y, dt)
 
 
-def _check_levels(ctx: InferContext, port: int, what: str, bits: int) -> None:
+def check_levels(ctx: InferContext, port: int, what: str, bits: int) -> None:
     """Constant levels / zero points must lie in the signed ``bits`` range."""
     c = ctx.const(port)
     lo, hi = level_range(bits)
@@ -114,31 +117,45 @@ def _check_levels(ctx: InferContext, port: int, what: str, bits: int) -> None:
         )
 
 
-def _infer(ctx: InferContext) -> list[TensorType]:
-    a: WeightOnlyMatMulAttrs = ctx.attrs
-    if a.bits not in WEIGHT_ONLY_BITS:
-        raise ctx.fail(f"bits must be 4 or 8, got {a.bits}")
-    if a.block_size < 16 or a.block_size & (a.block_size - 1):
-        raise ctx.fail(f"block_size must be a power of two >= 16, got {a.block_size}")
-    ta, tq, ts = ctx.type(0), ctx.type(1), ctx.type(2)
-    if ta.dtype != DType.FLOAT32:
-        raise ctx.fail(f"A must be float32, got {ta.dtype.short}")
-    if tq.dtype != DType.INT8 or tq.rank != 2:
-        raise ctx.fail(f"levels must be 2-D int8 [N, K], got {tq}")
+def check_grid(ctx: InferContext, bits: int, block_size: int) -> None:
+    """``bits`` is 4 or 8 and ``block_size`` a power of two >= 16."""
+    if bits not in WEIGHT_ONLY_BITS:
+        raise ctx.fail(f"bits must be 4 or 8, got {bits}")
+    if block_size < 16 or block_size & (block_size - 1):
+        raise ctx.fail(f"block_size must be a power of two >= 16, got {block_size}")
+
+
+def check_block_tables(
+    ctx: InferContext, levels: int, bits: int, block_size: int, rows: str
+) -> tuple[int, int]:
+    """The static int8 ``levels`` [R, C] (at port ``levels``), its scales [R, n_blocks] (port 2)
+    and optional zero points (port 3) agree; returns (R, C). ``rows`` names R in messages."""
+    tq, ts = ctx.type(levels), ctx.type(2)
+    if tq.dtype != DType.INT8 or tq.rank != 2 or not tq.is_static:
+        raise ctx.fail(f"levels must be a static 2-D int8 table [{rows}, K], got {tq}")
     if ts.dtype not in SCALE_DTYPES:
         raise ctx.fail(f"scales must be float32 or float16, got {ts.dtype.short}")
-    n, k = ctx.shape(1)
-    if not isinstance(n, int) or not isinstance(k, int):
-        raise ctx.fail(f"levels must have a static shape, got {tq.shape}")
-    blocks = (n, block_count(k, a.block_size))
+    r, c = ctx.shape(levels)
+    assert isinstance(r, int) and isinstance(c, int)
+    blocks = (r, block_count(c, block_size))
     if ctx.shape(2) != blocks:
-        raise ctx.fail(f"scales must be [N, n_blocks] = {list(blocks)}, got {ts.shape}")
-    _check_levels(ctx, 1, "levels", a.bits)
+        raise ctx.fail(f"scales must be [{rows}, n_blocks] = {list(blocks)}, got {ts.shape}")
+    check_levels(ctx, levels, "levels", bits)
     if ctx.has(3):
         tz = ctx.type(3)
         if tz.dtype != DType.INT8 or tz.shape != blocks:
             raise ctx.fail(f"zero_points must be int8 {list(blocks)}, got {tz}")
-        _check_levels(ctx, 3, "zero_points", a.bits)
+        check_levels(ctx, 3, "zero_points", bits)
+    return r, c
+
+
+def _infer(ctx: InferContext) -> list[TensorType]:
+    a: WeightOnlyMatMulAttrs = ctx.attrs
+    check_grid(ctx, a.bits, a.block_size)
+    ta = ctx.type(0)
+    if ta.dtype != DType.FLOAT32:
+        raise ctx.fail(f"A must be float32, got {ta.dtype.short}")
+    n, k = check_block_tables(ctx, 1, a.bits, a.block_size, "N")
     if ctx.has(4):
         tb = ctx.type(4)
         if tb.dtype != DType.FLOAT32 or tb.shape != (n,):

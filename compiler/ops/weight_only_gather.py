@@ -36,13 +36,7 @@ from compiler.ir.types import DType, TensorType
 from compiler.ops.fused import KILN
 from compiler.ops.matmul_nbits import ORT_DOMAIN, pack_zero_points, unpack_zero_points
 from compiler.ops.registry import InferContext, Layout, OpDef, QuantPolicy, register
-from compiler.ops.weight_only import (
-    SCALE_DTYPES,
-    WEIGHT_ONLY_BITS,
-    block_count,
-    dequantize_levels,
-    level_range,
-)
+from compiler.ops.weight_only import block_count, check_block_tables, check_grid, dequantize_levels
 
 __all__ = [
     "WeightOnlyGatherAttrs",
@@ -105,20 +99,8 @@ def weight_only_gather(
     return _take(dequantize_levels(levels, scales, zero_points, block_size), indices)
 
 
-def _check_levels(ctx: InferContext, port: int, what: str, bits: int) -> None:
-    c = ctx.const(port)
-    lo, hi = level_range(bits)
-    if c is not None and c.size and (int(c.min()) < lo or int(c.max()) > hi):
-        raise ctx.fail(
-            f"{what} must lie in [{lo}, {hi}] for {bits} bits, got [{int(c.min())}, {int(c.max())}]"
-        )
-
-
 def _check_grid(ctx: InferContext, bits: int, block_size: int) -> None:
-    if bits not in WEIGHT_ONLY_BITS:
-        raise ctx.fail(f"bits must be 4 or 8, got {bits}")
-    if block_size < 16 or block_size & (block_size - 1):
-        raise ctx.fail(f"block_size must be a power of two >= 16, got {block_size}")
+    check_grid(ctx, bits, block_size)
     if ctx.type(1).dtype not in _INDEX_DTYPES:
         raise ctx.fail(f"indices must be int32 or int64, got {ctx.type(1).dtype.short}")
 
@@ -131,22 +113,7 @@ def _out(ctx: InferContext, d: int) -> list[TensorType]:
 def _infer(ctx: InferContext) -> list[TensorType]:
     a: WeightOnlyGatherAttrs = ctx.attrs
     _check_grid(ctx, a.bits, a.block_size)
-    tq, ts = ctx.type(0), ctx.type(2)
-    if tq.dtype != DType.INT8 or tq.rank != 2 or not tq.is_static:
-        raise ctx.fail(f"levels must be a static 2-D int8 table [V, D], got {tq}")
-    if ts.dtype not in SCALE_DTYPES:
-        raise ctx.fail(f"scales must be float32 or float16, got {ts.dtype.short}")
-    v, d = ctx.shape(0)
-    assert isinstance(v, int) and isinstance(d, int)
-    blocks = (v, block_count(d, a.block_size))
-    if ctx.shape(2) != blocks:
-        raise ctx.fail(f"scales must be [V, n_blocks] = {list(blocks)}, got {ts.shape}")
-    _check_levels(ctx, 0, "levels", a.bits)
-    if ctx.has(3):
-        tz = ctx.type(3)
-        if tz.dtype != DType.INT8 or tz.shape != blocks:
-            raise ctx.fail(f"zero_points must be int8 {list(blocks)}, got {tz}")
-        _check_levels(ctx, 3, "zero_points", a.bits)
+    _, d = check_block_tables(ctx, 0, a.bits, a.block_size, "V")
     return _out(ctx, d)
 
 
