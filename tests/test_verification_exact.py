@@ -100,6 +100,41 @@ def test_compare_outputs_records_both_distances() -> None:
     assert not strict.passed
 
 
+def test_alternate_evaluations_widen_the_reference_noise_to_the_farthest() -> None:
+    """ref_exact = max over the reference and its alternates; cosine: the lowest of them."""
+    e = np.linspace(-1, 1, 64)
+    ref = (e + 1e-5).astype(np.float32)  # the unoptimized reference happens to land near exact
+    alt = (e - 2e-4).astype(np.float32)  # onnxruntime's optimized path: 2e-4 off
+    got = (e + 6e-4).astype(np.float32)  # 6e-4 from exact: > 4 x 1e-5, <= 4 x 2e-4
+    (alone,) = compare_outputs({"y": got}, {"y": ref}, TOLERANCES["fp32"], {"y": e})
+    assert not alone.passed and alone.ref_exact == pytest.approx(1e-5, rel=1e-2)
+    (wide,) = compare_outputs({"y": got}, {"y": ref}, TOLERANCES["fp32"], {"y": e}, [{"y": alt}])
+    assert wide.passed and wide.ref_exact == pytest.approx(2e-4, rel=1e-3)
+    (far,) = compare_outputs(
+        {"y": (e + 9e-4).astype(np.float32)}, {"y": ref}, TOLERANCES["fp32"], {"y": e}, [{"y": alt}]
+    )
+    assert not far.passed  # 9e-4 > 4 x 2e-4
+    (other,) = compare_outputs({"y": got}, {"y": ref}, TOLERANCES["fp32"], {"y": e}, [{"z": alt}])
+    assert not other.passed  # an alternate without this output does not count
+
+
+def test_alternate_reference_is_only_run_when_an_output_misses(tmp_path: Path) -> None:
+    """A model that passes against the unoptimized reference never pays for the alternate."""
+    stem = MODEL_STEMS[0]
+    out = tmp_path / "o"
+    args = [
+        "compile",
+        str(MODELS / f"{stem}.onnx"),
+        "-o",
+        str(out),
+        "--inputs",
+        str(MODELS / "data" / f"{stem}.npz"),
+    ]
+    assert main(args) == 0
+    ver = json.loads((out / "manifest.json").read_text())["verification"]
+    assert ver["passed"] and "reference_alternates" not in ver
+
+
 # ------------------------------------------------------------------ end to end
 def test_deep_model_passes_by_the_rule_relative_to_exact(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
