@@ -31,7 +31,7 @@ import numpy as np
 
 from compiler.backend import Artifact, Request, resolve_emit, resolve_target
 from compiler.errors import VerificationFailed, internal_errors
-from compiler.input_spec import check_inputs, load_inputs, random_inputs, sample_shapes
+from compiler.input_spec import check_inputs, load_inputs, random_graph_inputs, sample_shapes
 from compiler.instruments import PassTiming
 from compiler.ir.graph import Graph
 from compiler.ir.verifier import verify
@@ -326,4 +326,4 @@ def _feeds(graph: Graph, options: CompileOptions) -> dict[str, np.ndarray]:
                 f"{options.model.name}: input {name!r} has dynamic shape {t}; fix it with "
                 f"--input-shape {name}=... or give --inputs"
             )
-    return random_inputs(types, options.seed)
+    return random_graph_inputs(graph, options.seed)

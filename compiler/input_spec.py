@@ -5,13 +5,25 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from compiler.errors import InputShapeError, ModelFileError
 from compiler.ir.types import TensorType
 
-__all__ = ["parse_input_shapes", "load_inputs", "random_inputs", "check_inputs", "sample_shapes"]
+if TYPE_CHECKING:
+    from compiler.ir.graph import Graph
+
+__all__ = [
+    "parse_input_shapes",
+    "load_inputs",
+    "random_inputs",
+    "random_graph_inputs",
+    "index_bounds",
+    "check_inputs",
+    "sample_shapes",
+]
 
 
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -62,8 +74,44 @@ def load_inputs(path: Path) -> dict[str, np.ndarray]:
         raise ModelFileError(f"{path}: not a readable .npz/.npy inputs file ({exc})") from None
 
 
-def random_inputs(types: Mapping[str, TensorType], seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs for each graph input: N(0,1) floats, small non-negative ints, random bools."""
+# Ops that hand an integer tensor's values on unchanged (an index input stays an index).
+_INDEX_PASS_THROUGH = frozenset(
+    {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose"}
+)
+_INDEXING = frozenset({"Gather", "GatherElements"})
+
+
+def index_bounds(graph: Graph) -> dict[str, int]:
+    """For each integer graph input that (through value-preserving ops) indexes a Gather or
+    GatherElements, the smallest size of the gathered axis: valid indices are [0, bound)."""
+    bounds: dict[str, int] = {}
+    for value in graph.inputs:
+        if value.type.dtype.is_float or value.type.dtype.name == "BOOL":
+            continue
+        todo, seen = [value], set()
+        while todo:
+            v = todo.pop()
+            if (v.node, v.port) in seen:
+                continue
+            seen.add((v.node, v.port))
+            for user, port in graph.users(v):
+                if user.op in _INDEX_PASS_THROUGH and port == 0:
+                    todo.extend(graph.outputs_of(user))
+                elif user.op in _INDEXING and port == 1 and not user.domain:
+                    data = graph.inputs_of(user)[0]
+                    shape = None if data is None else data.type.shape
+                    if shape:
+                        dim = shape[user.attrs.axis % len(shape)]
+                        if isinstance(dim, int) and dim > 0:
+                            bounds[value.name] = min(bounds.get(value.name, dim), dim)
+    return bounds
+
+
+def random_inputs(
+    types: Mapping[str, TensorType], seed: int = 0, bounds: Mapping[str, int] | None = None
+) -> dict[str, np.ndarray]:
+    """Seeded inputs for each graph input: N(0,1) floats, random bools, and small non-negative
+    ints in [0, 4), or [0, bound) for an input that indexes a smaller axis (:func:`index_bounds`)."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for name, t in types.items():
@@ -73,8 +121,14 @@ def random_inputs(types: Mapping[str, TensorType], seed: int = 0) -> dict[str, n
         elif t.dtype.name == "BOOL":
             out[name] = rng.integers(0, 2, shape).astype(bool)
         else:
-            out[name] = rng.integers(0, 4, shape).astype(t.dtype.numpy)
+            high = min(4, (bounds or {}).get(name, 4))
+            out[name] = rng.integers(0, high, shape).astype(t.dtype.numpy)
     return out
+
+
+def random_graph_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """:func:`random_inputs` for ``graph``'s inputs, with its index inputs kept in range."""
+    return random_inputs(graph.input_types(), seed, index_bounds(graph))
 
 
 def check_inputs(

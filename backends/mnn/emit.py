@@ -19,7 +19,7 @@ from backends.mnn.precision import WeightPlan
 from backends.mnn.writer import weight_plan, write_mnn
 from compiler.backend import Artifact
 from compiler.errors import OptionError
-from compiler.input_spec import check_inputs, load_inputs, random_inputs
+from compiler.input_spec import check_inputs, load_inputs, random_graph_inputs
 from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
 
@@ -41,7 +41,7 @@ def plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[s
     types = graph.input_types()
     if options.inputs is not None:
         return check_inputs(load_inputs(options.inputs), types, str(options.inputs))
-    return random_inputs(types, options.seed)
+    return random_graph_inputs(graph, options.seed)
 
 
 def plan_record(plan: WeightPlan) -> dict[str, Any]:

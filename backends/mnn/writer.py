@@ -20,7 +20,7 @@ from backends.mnn.options import MnnOptions
 from backends.mnn.precision import WeightPlan, plan_weights
 from backends.mnn.serializer import serialize
 from backends.mnn.weights import WeightStorage
-from compiler.input_spec import random_inputs
+from compiler.input_spec import random_graph_inputs
 from compiler.ir.graph import Graph
 from schemas.mnn.external import side_file
 
@@ -39,7 +39,7 @@ def weight_plan(
         return WeightPlan()
     graph = fold_weight_dequant(graph)
     if feeds is None:
-        feeds = random_inputs(graph.input_types(), 0)
+        feeds = random_graph_inputs(graph, 0)
     return plan_weights(graph, options, feeds)
 
 

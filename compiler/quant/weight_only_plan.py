@@ -74,7 +74,7 @@ class WeightOnlyPlan:
 def plan_samples(graph: Graph, options: Any) -> tuple[list[dict[str, np.ndarray]], str]:
     """The samples the plan measures on and where they come from: the inputs verification uses
     (``--inputs``, else seeded random inputs) and up to :data:`PLAN_CALIB` calibration samples."""
-    from compiler.input_spec import check_inputs, load_inputs, random_inputs
+    from compiler.input_spec import check_inputs, load_inputs, random_graph_inputs
 
     types = graph.input_types()
     inputs = getattr(options, "inputs", None)
@@ -82,7 +82,7 @@ def plan_samples(graph: Graph, options: Any) -> tuple[list[dict[str, np.ndarray]
         samples, source = [check_inputs(load_inputs(inputs), types, str(inputs))], "inputs"
     elif all(t.is_static for t in types.values()):
         seed = int(getattr(options, "seed", 0) or 0)
-        samples, source = [random_inputs(types, seed)], f"seed {seed}"
+        samples, source = [random_graph_inputs(graph, seed)], f"seed {seed}"
     else:
         samples, source = [], "no samples (dynamic input shapes and no --inputs)"
     q = getattr(options, "quant", None)
