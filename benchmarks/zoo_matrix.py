@@ -11,7 +11,9 @@ materialized into a temporary directory by ``../shared/tools/zoo/zoo.py`` (about
 For every model x path, ``kiln compile MODEL -o OUT --inputs inputs.npz`` runs in a subprocess
 (a fresh output folder in a temporary directory, ``--timeout`` seconds per compile) with
 ``--emit onnx``, ``--emit mnn``, ``--emit cann``, for ``mnn-int8w`` ``--emit mnn --mnn-weights int8``
-(weight-only int8 with its fp16 fallback plan), for ``tvm-cpu`` ``--target cpu``, or for ``all``
+(weight-only int8 with its fp16 fallback plan), for ``tvm-cpu`` ``--target cpu``, for ``tvm-cuda``
+``--target cuda:sm_80,cuda:sm_90 --no-verify`` (CUDA codegen; ``ok`` means both libraries were
+built with every kernel thread-bound, which Kiln's CUDA build checks; nothing runs), or for ``all``
 ``--emit mnn,cann --target cpu`` (the preflight: a refusal lists every backend's gaps at once and
 comes before any calibration or emit, so its seconds are the time to refuse). The result is
 classified from the exit code, stderr and ``manifest.json``:
@@ -69,7 +71,8 @@ __all__ = [
     "materialize",
 ]
 
-PATHS = ("onnx", "mnn", "mnn-int8w", "cann", "tvm-cpu", "all")
+PATHS = ("onnx", "mnn", "mnn-int8w", "cann", "tvm-cpu", "tvm-cuda", "all")
+CUDA_ARCHS = ("sm_80", "sm_90")
 DEFAULT_PATHS = ("onnx", "mnn", "cann")
 CLASSES = ("ok", "numeric miss", "refused", "crash")
 MNN_MAX_REL = 1e-3
@@ -101,6 +104,8 @@ def path_flags(path: str) -> list[str]:
     """The ``kiln compile`` flags of one path."""
     if path == "tvm-cpu":
         return ["--target", "cpu"]
+    if path == "tvm-cuda":  # codegen only: no GPU here, so nothing can be verified
+        return ["--target", ",".join(f"cuda:{a}" for a in CUDA_ARCHS), "--no-verify"]
     if path == "all":  # the preflight check: every backend at once, refused (if at all) in one message
         return ["--emit", "mnn,cann", "--target", "cpu"]
     if path == "mnn-int8w":
@@ -233,6 +238,17 @@ def classify(
     if manifest is not None:
         r.max_rel, where = worst_max_rel(manifest)
         r.cosine, cos_where = worst_cosine(manifest)
+    if rc == 0 and path == "tvm-cuda":
+        built = sorted(str(a.get("path")) for a in (manifest or {}).get("artifacts", []))
+        want = sorted(f"cuda_{a}/model.so" for a in CUDA_ARCHS)
+        ok = built == want
+        r.cls = "ok" if ok else "crash"
+        r.detail = (
+            f"built {', '.join(built)} (not run: no GPU here)"
+            if ok
+            else f"artifacts {built}, expected {want}"
+        )
+        return r
     if rc == 0:
         ver = (manifest or {}).get("verification", {})
         if manifest is None:

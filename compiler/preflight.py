@@ -9,7 +9,7 @@ has run: a user learns at once that MNN lacks X and CANN lacks Y, not one node a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,14 +64,23 @@ def walk_nodes(graph: Graph) -> Iterator[tuple[Graph, Node]]:
             yield from walk_nodes(sub)
 
 
-def find_gaps(graph: Graph, table: CapabilityTable[Any], label: str) -> list[Gap]:
-    """The gaps of one backend table on a (legalized) graph, grouped by (op, reason)."""
+def find_gaps(
+    graph: Graph, table: CapabilityTable[Any], label: str, not_decomposed: Mapping[str, str] | None = None
+) -> list[Gap]:
+    """The gaps of one backend table on a (legalized) graph, grouped by (op, reason).
+
+    ``not_decomposed`` maps a node's description to why no decomposition applied to it (the
+    decompose pass's near misses); that reason is added to the backend's own.
+    """
     grouped: dict[tuple[str, str], list[str]] = {}
     for g, node in walk_nodes(graph):
         if node.op in (INPUT_OP, CONSTANT_OP) and not node.domain:
             continue
         why = table.reason(g, node)
         if why is not None:
+            extra = (not_decomposed or {}).get(node.describe())
+            if extra:
+                why = f"{why}; not decomposed ({extra})"
             grouped.setdefault((node.qualified_op, why), []).append(node.name or node.output_names[0])
     return [Gap(label, op, why, tuple(names)) for (op, why), names in sorted(grouped.items())]
 
@@ -101,7 +110,8 @@ def preflight(graph: Graph, requests: Sequence[Request], options: CompileOptions
     """Raise one CapabilityError listing every gap of every request, or return when there is none."""
     gaps: list[Gap] = []
     for req in requests:
-        legal, _ = legalize(graph, req, options, preflight=True)
-        gaps.extend(find_gaps(legal, req.backend.capabilities(req.target), req.label))
+        legal, ctx = legalize(graph, req, options, preflight=True)
+        refused = {m.node: m.reason for m in ctx.near_misses if m.rule == "decompose"}
+        gaps.extend(find_gaps(legal, req.backend.capabilities(req.target), req.label, refused))
     if gaps:
         raise CapabilityError(source, gaps)

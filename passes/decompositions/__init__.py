@@ -2,7 +2,7 @@
 
 A :class:`Decomposition` says which op it rewrites, which ops it ``produces``, when it
 applies (``check``: a reason or None) and how (``rewrite``). Rules live one module per
-op family (``normalization``, ``activations``, ``tensor``, ``spatial``, ``logic``, ``weight_only``) and
+op family (``normalization``, ``activations``, ``attention``, ``tensor``, ``spatial``, ``logic``, ``weight_only``) and
 register into :data:`DECOMPOSITIONS`. Every rule is exact in real arithmetic; its
 docstring states the math and its check refuses the cases where it is not.
 
@@ -145,6 +145,7 @@ def choose_decomposition(table: CapabilityTable[object], graph: Graph, node: Nod
 def _ensure_loaded() -> None:
     from passes.decompositions import (  # noqa: F401
         activations,
+        attention,
         logic,
         normalization,
         spatial,
