@@ -82,17 +82,24 @@ def all_of(*checks: Check | None) -> Check:
 
 @dataclass(frozen=True)
 class OpSupport(Generic[LowerT]):
-    """How a backend handles one op: ``check`` (a reason or None) and the backend's ``lower``."""
+    """How a backend handles one op: ``check`` (a reason or None) and the backend's ``lower``.
+
+    ``dynamic_outputs``: the op's outputs may have data-dependent dims (NonMaxSuppression's
+    ``[?, 3]``) that the format resizes at run time; the static-shape requirement then covers
+    its inputs only.
+    """
 
     lower: LowerT
     check: Check | None = None
+    dynamic_outputs: bool = field(default=False, kw_only=True)
 
 
 DYNAMIC_SHAPE = "dynamic shape (fix it with --input-shape)"
 
 
-def _static(graph: Graph, node: Node) -> str | None:
-    types = [v.type for v in graph.inputs_of(node) if v is not None] + list(node.output_types)
+def _static(graph: Graph, node: Node, outputs: bool = True) -> str | None:
+    types = [v.type for v in graph.inputs_of(node) if v is not None]
+    types += list(node.output_types) if outputs else []
     return None if all(t.is_static for t in types) else DYNAMIC_SHAPE
 
 
@@ -133,7 +140,7 @@ class CapabilityTable(Generic[LowerT]):
         if entry is None:
             return f"no {self.backend} lowering"
         if self.requires_static:
-            why = _static(graph, node)
+            why = _static(graph, node, outputs=not entry.dynamic_outputs)
             if why is not None:
                 return why
         return entry.check(graph, node) if entry.check is not None else None

@@ -55,15 +55,16 @@ _MULTI_OUTPUT: set[str] = set()  # ops whose lowering writes every output (Split
 
 
 def lowering(
-    *ops: str, check: Check | None = None, multi_output: bool = False
+    *ops: str, check: Check | None = None, multi_output: bool = False, dynamic_outputs: bool = False
 ) -> Callable[[LowerFn], LowerFn]:
     """Register a lowering, and the check that refuses what it cannot write, for Kiln ops
     (``"Conv"``, ``"kiln::FusedConv"``). ``multi_output`` lowerings bind every output of the
-    node (:meth:`Lowerer.bind`); the others map single-output nodes only."""
+    node (:meth:`Lowerer.bind`); the others map single-output nodes only. ``dynamic_outputs``
+    lowerings describe a data-dependent output dim by its static bound (NonMaxSuppressionV6)."""
 
     def deco(fn: LowerFn) -> LowerFn:
         for q in ops:
-            _LOWERINGS[q] = OpSupport(fn, check)
+            _LOWERINGS[q] = OpSupport(fn, check, dynamic_outputs=dynamic_outputs)
             if multi_output:
                 _MULTI_OUTPUT.add(q)
         return fn
@@ -116,7 +117,8 @@ def capabilities() -> CapabilityTable[LowerFn]:
     An op with both (Concat, Transpose, Clip) takes the coded lowering and keeps the
     one-to-one entry's attribute check.
     """
-    import backends.cann.lower_nn  # noqa: F401  (registers the lowerings that need code)
+    import backends.cann.lower_detection  # noqa: F401  (registers the lowerings that need code)
+    import backends.cann.lower_nn  # noqa: F401
     import backends.cann.lower_quant  # noqa: F401
     import backends.cann.lower_rnn  # noqa: F401
     import backends.cann.lower_tensor  # noqa: F401
@@ -128,13 +130,19 @@ def capabilities() -> CapabilityTable[LowerFn]:
     for op, coded in _LOWERINGS.items():
         simple = SIMPLE_BY_KILN.get(op)
         attrs = _simple_check(simple) if simple is not None else None
-        entries[op] = OpSupport(coded.lower, all_of(attrs, coded.check))
+        entries[op] = OpSupport(
+            coded.lower, all_of(attrs, coded.check), dynamic_outputs=coded.dynamic_outputs
+        )
 
     def common(op: str) -> tuple[Check, ...]:
         return (_output_dtypes,) if op in _MULTI_OUTPUT else (_single_output, _output_dtypes)
 
     return CapabilityTable(
-        "cann", {op: OpSupport(e.lower, all_of(*common(op), e.check)) for op, e in entries.items()}
+        "cann",
+        {
+            op: OpSupport(e.lower, all_of(*common(op), e.check), dynamic_outputs=e.dynamic_outputs)
+            for op, e in entries.items()
+        },
     )
 
 

@@ -208,7 +208,7 @@ class Lifter:
             raise self._fail(op, f"no output descriptor {port}")
         t = v.type
         dtype_ok = t.dtype is d.dtype or (op.name in self.int32_outputs and d.dtype is DType.INT32)
-        if t.shape != d.shape or not dtype_ok:
+        if not _fits(t.shape, d.shape) or not dtype_ok:
             raise self._fail(
                 op, f"its output descriptor says {d.dtype.short}{list(d.shape)}, the op computes {t}"
             )
@@ -252,9 +252,18 @@ class Lifter:
         self.g.set_outputs([v for v in values if v is not None], public)
 
 
+def _fits(kiln: tuple[int | str, ...] | None, desc: tuple[int, ...]) -> bool:
+    """Kiln's shape matches a descriptor's: equal dims, where a data-dependent (symbolic) Kiln dim
+    is described by its static bound (NonMaxSuppressionV6's ``[max_boxes_size, 3]``)."""
+    if kiln is None or len(kiln) != len(desc):
+        return False
+    return all(not isinstance(k, int) or k == d for k, d in zip(kiln, desc, strict=True))
+
+
 def lift_graph(om: OmGraph, source: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """The Kiln Graph of an OmGraph read from ``source``."""
-    import frontends.cann.lift_nn  # noqa: F401  (registers the lifters that need code)
+    import frontends.cann.lift_detection  # noqa: F401  (registers the lifters that need code)
+    import frontends.cann.lift_nn  # noqa: F401
     import frontends.cann.lift_quant  # noqa: F401
     import frontends.cann.lift_rnn  # noqa: F401
     import frontends.cann.lift_tensor  # noqa: F401
