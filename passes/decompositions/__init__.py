@@ -2,7 +2,9 @@
 
 A :class:`Decomposition` says which op it rewrites, which ops it ``produces``, when it
 applies (``check``: a reason or None) and how (``rewrite``). Rules live one module per
-op family (``normalization``, ``activations``, ``attention``, ``tensor``, ``spatial``, ``logic``, ``weight_only``) and
+op family (``normalization``, ``norms``, ``activations``, ``smooth_activations``, ``thresholds``,
+``attention``, ``reductions``, ``tensor``, ``space_depth``, ``trilu``, ``einsum``, ``spatial``,
+``logic``, ``trig``, ``cast_like``, ``static_values``, ``weight_only``) and
 register into :data:`DECOMPOSITIONS`. Every rule is exact in real arithmetic; its
 docstring states the math and its check refuses the cases where it is not.
 
@@ -43,6 +45,9 @@ class Decomposition:
 
     ``check(graph, node)`` returns None when the rewrite is exact for ``node``, else why
     not; ``rewrite(rw, graph, node)`` replaces every used output of ``node`` through ``rw``.
+    ``native`` lists produced ops that must have a native entry: the nodes the rule makes
+    would fail the checks of those ops' own decompositions (e.g. a Where of a non-constant x,
+    which where-affine refuses).
     """
 
     name: str
@@ -51,6 +56,7 @@ class Decomposition:
     check: CheckFn
     rewrite: RewriteFn
     doc: str = ""
+    native: tuple[str, ...] = ()
 
 
 DECOMPOSITIONS: dict[str, list[Decomposition]] = {}
@@ -115,6 +121,8 @@ def _produced_plan(
     for produced in rule.produces:
         if produced in table:
             continue
+        if produced in rule.native:
+            return f"produces {produced}, which {table.backend} has no native entry for"
         if produced in seen:
             return f"{produced} is not native (and decomposes back into itself)"
         sub = _plan(table, produced, depth - 1, seen)
@@ -146,9 +154,19 @@ def _ensure_loaded() -> None:
     from passes.decompositions import (  # noqa: F401
         activations,
         attention,
+        cast_like,
+        einsum,
         logic,
         normalization,
+        norms,
+        reductions,
+        smooth_activations,
+        space_depth,
         spatial,
+        static_values,
         tensor,
+        thresholds,
+        trig,
+        trilu,
         weight_only,
     )

@@ -10,6 +10,8 @@
   constant causal/padding mask with the input mask this way.
 * equal-compare: Equal(a, b) = Not(Or(Less(a, b), Greater(a, b))) for integer a, b (a total
   order; for floats NaN would compare neither less nor greater, so they are refused).
+* isinf-equal: IsInf(x) = Equal(|x|, inf); with only detect_positive Equal(x, inf), with only
+  detect_negative Equal(x, -inf) (float x; NaN equals nothing, as IsInf(NaN) = false).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
 from passes.decompositions._util import base_name, replace_outputs
 
-__all__ = ["WHERE_AFFINE", "AND_MUL", "EQUAL_COMPARE", "where_affine_reason"]
+__all__ = ["WHERE_AFFINE", "AND_MUL", "EQUAL_COMPARE", "ISINF_EQUAL", "where_affine_reason"]
 
 
 def where_affine_reason(x: np.ndarray | None, y: np.ndarray | None) -> str | None:
@@ -122,5 +124,36 @@ EQUAL_COMPARE = register_decomposition(
         _equal_check,
         _equal_rewrite,
         "Equal(a, b) = Not(Less(a, b) or Greater(a, b)) for integers",
+    )
+)
+
+
+def _isinf_check(graph: Graph, node: Node) -> str | None:
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    if not x.type.dtype.is_float:
+        return "x is not float"
+    a = node.attrs
+    return None if a.detect_positive or a.detect_negative else "detects neither infinity (a constant false)"
+
+
+def _isinf_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    b, a = base_name(node), node.attrs
+    both = a.detect_positive and a.detect_negative
+    v = rw.op("Abs", [x], name=f"{b}_abs") if both else x
+    inf = rw.const(np.array(np.inf if a.detect_positive else -np.inf, x.type.dtype.numpy), f"{b}_inf")
+    replace_outputs(rw, node, [rw.op("Equal", [v, inf], name=b)])
+
+
+ISINF_EQUAL = register_decomposition(
+    Decomposition(
+        "isinf-equal",
+        "IsInf",
+        ("Abs", "Equal"),
+        _isinf_check,
+        _isinf_rewrite,
+        "IsInf(x) = Equal(|x|, inf) (or Equal(x, +-inf) for one sign)",
     )
 )
