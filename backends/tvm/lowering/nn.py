@@ -2,9 +2,10 @@
 
 Pooling over blocked ``NCHW{b}c`` tensors arrives as 3-D pooling with a unit
 kernel on the lane axis (choose-layout's N-D form) and runs as Kiln's NCHWc pool
-kernel; Gemm with a constant weight runs as Kiln's packed dense kernel. kiln::QGemm is an
-integer product in Relax (``matmul`` of int32 operands, int32 accumulation) and the
-requantize epilogue of :mod:`compiler.ops.qgemm` (float64 for an integer output).
+kernel; Gemm with a constant weight runs as Kiln's packed dense kernel. kiln::QGemm runs on CPU
+as Kiln's packed int8 dense kernel (VNNI / pmaddwd / SDOT, requantize fused); elsewhere it is an
+integer product in Relax (``matmul`` of int32 operands, int32 accumulation) and the requantize
+epilogue of :mod:`compiler.ops.qgemm` (float64 for an integer output).
 """
 
 from __future__ import annotations
@@ -272,17 +273,44 @@ def _matmul(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(_op().matmul(ins[0], ins[1]))]
 
 
+def _qdense(ctx: LowerContext, node: Node, x: Any, w_kn: np.ndarray, bias: np.ndarray | None) -> Any:
+    """kiln::QGemm as Kiln's packed int8 dense kernel on ``x`` flattened to ``[prod(lead), K]``."""
+    from backends.tvm.kernels.dense_int8 import qdense_kernel, qdense_spec
+    from backends.tvm.kernels.qdense_spec import pack_qdense_bias, pack_qdense_multiplier, pack_qdense_weight
+
+    a = node.attrs
+    op = _op()
+    shape = _in_shape(ctx, node)
+    k, n = (int(d) for d in w_kn.shape)
+    m = int(np.prod(shape[:-1]))
+    in_dtype = np.dtype(ctx.in_type(node, 0).dtype.numpy).name
+    spec = qdense_spec(m, k, n, ctx.target, in_dtype, int(a.x_zero), a.out_dtype, int(a.y_zero))
+    args = [
+        x if len(shape) == 2 else ctx.emit(op.reshape(x, (m, k))),
+        ctx.const(pack_qdense_weight(w_kn, spec)),
+        ctx.const(pack_qdense_bias(bias, w_kn, spec)),
+        ctx.const(pack_qdense_multiplier(float(a.x_scale), tuple(a.w_scales), float(a.y_scale), spec)),
+    ]
+    y = ctx.call_kernel(qdense_kernel(spec, ctx.target), args)
+    return y if len(shape) == 2 else ctx.emit(op.reshape(y, ctx.out_shape(node)))
+
+
 @lowers("kiln::QGemm", check=const_inputs((1, "weight")))
 def _qgemm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """CPU: Kiln's int8 dense kernel (:mod:`backends.tvm.kernels.dense_int8`); otherwise an int32
+    Relax ``matmul`` and the requantize epilogue."""
     a = node.attrs
     op = _op()
     w = ctx.require_const(node, 1, "weight")
-    w_kn = np.ascontiguousarray(w.T if a.trans_b else w).astype(np.int32)
+    w_kn = np.ascontiguousarray(w.T if a.trans_b else w)
+    bias = ctx.require_const(node, 2, "bias") if len(ins) > 2 and ins[2] is not None else None
+    if ctx.target.is_cpu:
+        return [_qdense(ctx, node, ins[0], w_kn.astype(np.int8), bias)]
     n = int(w_kn.shape[1])
     x = ctx.emit(op.subtract(op.astype(ins[0], "int32"), ctx.scalar(int(a.x_zero), "int32")))
-    acc = ctx.emit(op.matmul(x, ctx.const(w_kn), out_dtype="int32"))
-    if len(ins) > 2 and ins[2] is not None:
-        acc = ctx.emit(op.add(acc, ctx.const(ctx.require_const(node, 2, "bias").astype(np.int32))))
+    acc = ctx.emit(op.matmul(x, ctx.const(w_kn.astype(np.int32)), out_dtype="int32"))
+    if bias is not None:
+        acc = ctx.emit(op.add(acc, ctx.const(bias.astype(np.int32))))
     if a.out_dtype == "float32":
         mult = np.broadcast_to(qconv_multiplier(float(a.x_scale), tuple(a.w_scales)), (n,))
         return [ctx.emit(op.multiply(op.astype(acc, "float32"), ctx.const(np.ascontiguousarray(mult))))]
