@@ -154,15 +154,32 @@ def test_matches_the_registry_reference(case: OpCase, results: dict[str, list[np
         assert_close(got, want[name], rtol=rtol, atol=atol, what=f"{case.name} output {i}")
 
 
-def test_one_step_kernel_per_direction_whatever_the_length() -> None:
-    """The step index is a tensor argument: a 40-step LSTM adds two PrimFuncs (one per direction)."""
+def test_cpu_runs_each_direction_as_one_sequence_kernel() -> None:
+    """CPU: the step loop runs inside one kernel per direction, one call each, whatever the length;
+    the input projection is Kiln's packed dense kernel."""
     from backends.tvm.lower import lower_graph
     from backends.tvm.target import resolve_target
 
     g, _, _ = case_graph([rnn_case("long", "LSTM", "bidirectional", seq=40, batch=1)])
-    mod = lower_graph(g, resolve_target("cpu")).mod
+    lowered = lower_graph(g, resolve_target("cpu"))
+    names = [gv.name_hint for gv, _ in lowered.mod.functions_items()]
+    seqs = [n for n in names if n.startswith("kiln_lstm_step_")]
+    assert len(seqs) == 2 and all("_seq" in n for n in seqs) and sum(n.endswith("_rev") for n in seqs) == 1
+    assert str(lowered.mod["main"]).count("kiln_lstm_step_") == 2
+    assert sum(n.startswith("kiln_dense_") for n in names) == 1
+    assert {e["op_class"] for e in lowered.kernels if e["kernel"] in seqs} == {"recurrent"}
+
+
+def test_cuda_keeps_one_step_kernel_call_per_step() -> None:
+    """Must not fire on CUDA (a serial loop in one kernel would run on one thread block): a 40-step
+    LSTM adds two step PrimFuncs (the step index is a tensor argument) called 40 times each."""
+    from backends.tvm.lower import lower_graph
+    from backends.tvm.target import resolve_target
+
+    g, _, _ = case_graph([rnn_case("long", "LSTM", "bidirectional", seq=40, batch=1)])
+    mod = lower_graph(g, resolve_target("cuda")).mod
     steps = [gv.name_hint for gv, _ in mod.functions_items() if gv.name_hint.startswith("kiln_lstm_step_")]
-    assert len(steps) == 2
+    assert len(steps) == 2 and not any("_seq" in n for n in steps)
     assert str(mod["main"]).count("kiln_lstm_step_") >= 80
 
 

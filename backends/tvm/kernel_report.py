@@ -35,6 +35,7 @@ OP_CLASSES = (
     "reduction",
     "resize",
     "elementwise",
+    "recurrent",
 )
 
 # (pattern on the function's and its blocks' names, op class), first match wins; the names are

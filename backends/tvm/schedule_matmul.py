@@ -39,6 +39,8 @@ __all__ = ["schedule_matmul", "schedule_row_reduction", "pick_matmul_tile", "Mat
 
 _MAX_ROWS = 12
 _MAX_VECTORS = 4
+_GEMV_ROWS = 4  # fewer rows than this: the row tile cannot hide the FMA latency ...
+_GEMV_VECTORS = 8  # ... so the tile may take up to this many vectors of j instead
 
 
 def _registers(target: TargetSpec) -> int:
@@ -60,10 +62,12 @@ def pick_matmul_tile(rows: int, vectors: int, registers: int) -> MatmulTile:
     Per ``k`` a tile issues ``ti*tv`` FMAs, ``tv`` loads of B and ``ti`` broadcasts of A; cycles
     ``max(acc/2, loads/2, 4) + 1``; rows padded up to a multiple of a non-divisible ``ti`` are
     wasted, and the padding copies cost about 10% (x0.9). The accumulators, the B vectors and one
-    broadcast must fit in ``registers``.
+    broadcast must fit in ``registers``. ``tv`` is at most 4, or 8 below 4 rows (a GEMV-like
+    product: one row of 4 vectors leaves 3 of every 4 FMA slots idle).
     """
     best: tuple[float, MatmulTile] | None = None
-    for tv in range(1, _MAX_VECTORS + 1):
+    max_vectors = _GEMV_VECTORS if rows < _GEMV_ROWS else _MAX_VECTORS
+    for tv in range(1, max_vectors + 1):
         if vectors % tv:
             continue
         for ti in range(1, min(rows, _MAX_ROWS) + 1):

@@ -6,9 +6,11 @@ With X as [seq, batch, input] (``layout=1`` transposed first) and W, R, B consta
 1. the input projection of every step and direction is one GEMM,
    ``xw = X Wcatᵀ + bcat`` with ``Wcat = [W_0; W_1]`` and ``bcat = Wb + Rb`` (GRU with
    ``linear_before_reset`` keeps Rbh out: it is multiplied by r);
-2. each direction runs ``seq`` calls of one step kernel (:mod:`backends.tvm.lowering.recurrent_cell`,
-   the recurrent GEMM plus the fused gates), the state threaded from call to call; the step index
-   is a tensor argument, so a direction compiles one PrimFunc whatever the sequence length;
+2. each direction runs the step kernel (:mod:`backends.tvm.lowering.recurrent_cell`, the recurrent
+   GEMM plus the fused gates) ``seq`` times, the state threaded from step to step: on CPU targets
+   inside one sequence kernel per direction (:mod:`backends.tvm.lowering.recurrent_loop`, one
+   runtime call); on CUDA as ``seq`` calls of the step kernel, whose step index is a tensor
+   argument, so a direction compiles one PrimFunc whatever the sequence length;
 3. Y is the concatenation of the per-step outputs (a reverse direction's in reverse order, or with
    ``sequence_lens`` gathered back to ``Y[t, b] = y_step[lens[b] - 1 - t, b]`` for ``t < lens[b]``),
    Y_h / Y_c the last states (0 on rows with ``lens[b] = 0``, as onnxruntime).
@@ -18,12 +20,14 @@ A constant ``sequence_lens`` equal to the sequence length everywhere is dropped.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from backends.tvm.lowering.gpu_bind import bind_gpu
 from backends.tvm.lowering.recurrent_cell import TIR_ACTIVATIONS, CellSpec, step_func, step_name
+from backends.tvm.lowering.recurrent_loop import sequence_func
 from backends.tvm.lowering.table import LowerContext, lowers
 from compiler.ir.graph import Graph, Node
 from compiler.ops.recurrent import ACTIVATIONS, resolve_activations
@@ -31,6 +35,9 @@ from compiler.ops.recurrent import ACTIVATIONS, resolve_activations
 __all__: list[str] = []
 
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+# Below this many multiply-adds a step the sequence kernel's step runs on one thread: a fork/join
+# every step costs more than it saves (hidden 128 LSTM, 65K: 2.56 us a step serial, 2.95 parallel).
+_STEP_PARALLEL_MIN_MACS = 1 << 18
 _FLOATS = ("float32", "float64")
 _ACT_NAMES = {fn: name for name, (fn, _, _) in ACTIVATIONS.items()}
 
@@ -80,6 +87,29 @@ def _call_step(ctx: LowerContext, spec: CellSpec, args: list[Any]) -> list[Any]:
     return [ctx.emit(relax.TupleGetItem(out, i)) for i in range(n)] if n > 1 else [out]
 
 
+def _call_sequence(ctx: LowerContext, spec: CellSpec, reverse: bool, args: list[Any]) -> list[Any]:
+    """Emit one call of the whole-direction kernel (:mod:`backends.tvm.lowering.recurrent_loop`);
+    its outputs Y [seq, B, H], h_last[, c_last]."""
+    from tvm import relax
+
+    from backends.tvm.kernel_report import kernel_entry
+    from backends.tvm.schedule_generic import schedule_primfunc
+
+    name = f"{step_name(spec)}_seq{'_rev' if reverse else ''}"
+    gv = ctx.kernels.get(name)
+    if gv is None:
+        macs = spec.batch * spec.gates * spec.hidden * spec.hidden
+        target = ctx.target if macs >= _STEP_PARALLEL_MIN_MACS else replace(ctx.target, num_cores=1)
+        func = sequence_func(schedule_primfunc(step_func(spec), target, name), spec, reverse)
+        gv = ctx.bb.add_func(func.with_attr("global_symbol", name), name)
+        ctx.kernels[name] = gv
+        ctx.kernel_log.append(kernel_entry(name, func))
+    state = relax.TensorType((1, spec.batch, spec.hidden), spec.dtype)
+    ys = relax.TensorType((spec.seq, spec.batch, spec.hidden), spec.dtype)
+    out = ctx.emit(relax.call_tir(gv, args, [ys] + [state] * spec.num_states))
+    return [ctx.emit(relax.TupleGetItem(out, i)) for i in range(1 + spec.num_states)]
+
+
 def _gather_reverse_te(ys: Any, lens: Any) -> Any:
     """Y[t, b, j] = ys[lens[b] - 1 - t, b, j] for t < lens[b], else 0 (ys indexed by step)."""
     from tvm import te, tirx
@@ -116,17 +146,33 @@ def _projection(ctx: LowerContext, node: Node, x: Any, seq: int, batch: int, dt:
     hid, gh = a.hidden_size, _GATES[node.op] * a.hidden_size
     w = ctx.require_const(node, 1, "W").astype(dt)
     nd = w.shape[0]
-    wcat = np.ascontiguousarray(np.concatenate([w[d].T for d in range(nd)], axis=1))
     x2 = ctx.emit(op.reshape(x, (seq * batch, w.shape[2])))
-    xw = ctx.emit(op.matmul(x2, ctx.const(wcat)))
     b = ctx.input_const(node, 3)
+    bias = None
     if b is not None:
         b = b.astype(dt)
         rb = b[:, gh:].copy()
         if node.op == "GRU" and a.linear_before_reset:
             rb[:, 2 * hid :] = 0  # Rbh is inside r ⊙ (...): the step kernel adds it
-        xw = ctx.emit(op.add(xw, ctx.const(np.ascontiguousarray((b[:, :gh] + rb).reshape(-1)))))
+        bias = np.ascontiguousarray((b[:, :gh] + rb).reshape(-1))
+    if ctx.target.is_cpu and dt == "float32":  # Kiln's packed dense kernel, the bias in its epilogue
+        xw = _dense(ctx, x2, seq * batch, w.reshape(nd * gh, w.shape[2]), bias)
+    else:
+        xw = ctx.emit(op.matmul(x2, ctx.const(np.ascontiguousarray(w.reshape(nd * gh, -1).T))))
+        if bias is not None:
+            xw = ctx.emit(op.add(xw, ctx.const(bias)))
     return ctx.emit(op.reshape(xw, (seq, batch, nd * gh)))
+
+
+def _dense(ctx: LowerContext, x: Any, m: int, w_nk: np.ndarray, bias: np.ndarray | None) -> Any:
+    """x [M, K] @ W [N, K]ᵀ (+ bias) by :mod:`backends.tvm.kernels.dense`."""
+    from backends.tvm.kernels.dense import DenseSpec, dense_kernel, pack_dense_bias, pack_dense_weight
+
+    spec = DenseSpec(m=m, k=w_nk.shape[1], n=w_nk.shape[0], has_bias=bias is not None, block=ctx.target.lanes)
+    args = [x, ctx.const(pack_dense_weight(w_nk, spec))]
+    if bias is not None:
+        args.append(ctx.const(pack_dense_bias(bias, spec)))
+    return ctx.call_kernel(dense_kernel(spec, ctx.target), args)
 
 
 @lowers("RNN", "GRU", "LSTM", check=_recurrent_reason)
@@ -179,15 +225,22 @@ def _recurrent(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
         lens = ctx.emit(op.astype(ins[4], "int32")) if has_lens else None
         if lens is not None:
             extra.append(lens)
-        steps = []
-        for s in range(seq):
-            t = seq - 1 - s if reverse and not has_lens else s
-            states = [h] if c is None else [h, c]
-            outs = _call_step(ctx, spec, [xw, ctx.const(np.array([t], np.int32)), *states, *extra])
+        states = [h] if c is None else [h, c]
+        if ctx.target.is_cpu:
+            y, *outs = _call_sequence(ctx, spec, reverse, [xw, *states, *extra])
             h = outs[0]
             c = outs[1] if c is not None else None
-            steps.append(outs[-1] if has_lens else h)
-        ys.append(_direction_y(ctx, steps, reverse, lens))
+            ys.append(_gather_y(ctx, y, reverse, lens))
+        else:
+            steps = []
+            for s in range(seq):
+                t = seq - 1 - s if reverse and not has_lens else s
+                outs = _call_step(ctx, spec, [xw, ctx.const(np.array([t], np.int32)), *states, *extra])
+                states = outs[: spec.num_states]
+                steps.append(outs[-1] if spec.has_lens else outs[0])
+            h = states[0]
+            c = states[1] if c is not None else None
+            ys.append(_direction_y(ctx, steps, reverse, lens))
         hs.append(_final_state(ctx, h, lens, spec))
         if c is not None:
             cs.append(_final_state(ctx, c, lens, spec))
@@ -202,8 +255,14 @@ def _direction_y(ctx: LowerContext, steps: list[Any], reverse: bool, lens: Any |
     if reverse and lens is None:
         steps = steps[::-1]
     y = steps[0] if len(steps) == 1 else ctx.emit(op.concat(relax.Tuple(steps), 0))
+    return _gather_y(ctx, y, reverse, lens)
+
+
+def _gather_y(ctx: LowerContext, y: Any, reverse: bool, lens: Any | None) -> Any:
+    """Y in time order from the per-step outputs ``y`` [seq, B, H] (a reverse direction with
+    ``sequence_lens`` produced them by step, not by time)."""
     if reverse and lens is not None:
-        y = ctx.bb.emit_te(_gather_reverse_te, y, lens, primfunc_name_hint="rnn_reverse_y")
+        return ctx.bb.emit_te(_gather_reverse_te, y, lens, primfunc_name_hint="rnn_reverse_y")
     return y
 
 

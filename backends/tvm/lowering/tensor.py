@@ -97,12 +97,27 @@ def relayout_te(x: Any, src: int, dst: int, channels: int) -> Any:
         return te.compute((n, channels, h, w), lambda nn, c, hh, ww: read(nn, c, hh, ww), name="unpack")
     chunks = -(-channels // dst)
 
+    def reblock(nn: Any, co: Any, hh: Any, ww: Any, ci: Any) -> Any | None:
+        """The read with chunk and lane indices stated directly when one block divides the other:
+        NCHW{s}c -> NCHW{d}c reads chunk co // (s/d), lane (co % (s/d))·d + ci (s = k·d: the
+        lane index is visibly contiguous in ci, so the copy vectorizes), or chunk
+        co·(d/s) + ci // s, lane ci % s (d = k·s)."""
+        if src and src % dst == 0:
+            r = src // dst
+            return x[nn, co // r, hh, ww, (co % r) * dst + ci]
+        if src and dst % src == 0:
+            r = dst // src
+            return x[nn, co * r + ci // src, hh, ww, ci % src]
+        return None
+
     def body(nn: Any, co: Any, hh: Any, ww: Any, ci: Any) -> Any:
         c = co * dst + ci
+        direct = reblock(nn, co, hh, ww, ci)
         if chunks * dst == channels:
-            return read(nn, c, hh, ww)
-        safe = tirx.min(c, channels - 1)
-        return tirx.if_then_else(c < channels, read(nn, safe, hh, ww), tirx.const(0, x.dtype))
+            return direct if direct is not None else read(nn, c, hh, ww)
+        if direct is None or (src and dst % src == 0):  # reading a chunk past the last: clamp c
+            direct = read(nn, tirx.min(c, channels - 1), hh, ww)
+        return tirx.if_then_else(c < channels, direct, tirx.const(0, x.dtype))
 
     return te.compute((n, chunks, h, w, dst), body, name="pack")
 
