@@ -1,4 +1,4 @@
-"""ResNet-18- and MobileNetV2-shaped ONNX models with seeded random weights, for CPU benchmarks.
+"""ResNet-18-, ResNet-50- and MobileNetV2-shaped ONNX models with seeded random weights, for CPU benchmarks.
 
 Both take ``input`` 1x3x224x224 and return ``logits`` 1x1000 (opset 13, IR 8). Convolutions are
 followed by an unfused BatchNormalization, as in training exports. Weights are He-initialised
@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["resnet18", "mobilenet_v2", "save_cnn_models", "CNN_MODELS"]
+__all__ = ["resnet18", "resnet50", "mobilenet_v2", "save_cnn_models", "CNN_MODELS"]
 
 INPUT_SHAPE = (1, 3, 224, 224)
 CLASSES = 1000
@@ -129,6 +129,26 @@ def resnet18(seed: int = 0) -> onnx.ModelProto:
     return n.model("resnet18")
 
 
+def resnet50(seed: int = 0) -> onnx.ModelProto:
+    """ResNet-50 (v1.5): stem as ResNet-18, 3-4-6-3 bottlenecks (1x1, 3x3 with the stride, 1x1 x4), GAP, Gemm."""
+    n = _Net(seed)
+    x = n.op("Relu", [n.conv_bn("input", 3, 64, 7, stride=2)])
+    x = n.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        cout = 4 * width
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            y = n.op("Relu", [n.conv_bn(x, cin, width, 1)])
+            y = n.op("Relu", [n.conv_bn(y, width, width, 3, stride)])
+            y = n.conv_bn(y, width, cout, 1, gamma=0.3)
+            short = n.conv_bn(x, cin, cout, 1, stride) if (stride != 1 or cin != cout) else x
+            x = n.op("Relu", [n.op("Add", [y, short])])
+            cin = cout
+    n.head(x, 2048)
+    return n.model("resnet50")
+
+
 # (expansion t, output channels c, repeats n, first stride s): MobileNetV2 1.0
 _MNV2 = (
     (1, 16, 1, 1),
@@ -161,6 +181,8 @@ def mobilenet_v2(seed: int = 0) -> onnx.ModelProto:
     return n.model("mobilenet_v2")
 
 
+# the models tests and benchmarks/cpu_vs_ort.py iterate over; resnet50 (4.1 GFLOP) is for the int8
+# benchmark only (benchmarks/int8_vs_ort.py), kept out to hold the test time down
 CNN_MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
 
 

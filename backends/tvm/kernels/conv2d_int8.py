@@ -4,7 +4,8 @@ The integer part is exact: ``conv = sum x_q * w_q`` over (in-chunk, kh, kw, 4-ch
 zero-point folded into the packed bias (see :mod:`backends.tvm.kernels.qconv_spec` for the math and layouts).
 Four dot paths, picked by ``target.int8_dot``:
 
-* ``vnni``: ``vpdpbusd`` (AVX-512 VNNI) over each (4-channel group, output block), manual tensorize;
+* ``vnni``: ``vpdpbusd`` (AVX-512 VNNI) over each (4-channel group, output block), manual tensorize; the
+  accumulator starts at the packed bias (:func:`_seed_with_bias`), so the epilogue adds none;
 * ``avx2``: zero-extended u8 and sign-extended s8 to int16, ``pmaddwd`` into two int32 partial sums per
   output channel (``conv[..., ob, 2]``), summed in the epilogue; exact for all u8/s8 values;
 * ``sdot`` (aarch64 ``dotprod``): SDOT on activations shifted to int8 (``x - 128``, in the padding stage),
@@ -14,7 +15,9 @@ Four dot paths, picked by ``target.int8_dot``:
   to int16, exact int16 products (``|u8 * s8| <= 32640``), pairwise-added into int32 (``sadalp``);
 * anything else: plain int32 math vectorized over the output block.
 
-Depthwise convs use plain int32 math vectorized over the channel block on every target (memory bound).
+Depthwise convs use plain int32 math vectorized over the channel block on every target (memory bound),
+with the spatial zero padding inlined into the taps (``x_zero`` outside the image) instead of a padded
+copy of the input.
 """
 
 from __future__ import annotations
@@ -204,7 +207,8 @@ def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
         else:
             acc = conv[n, oc, oh, ow, bo]
         r = res[n, oc, oh, ow, bo] if res is not None else None
-        return _epilogue_value(acc, bias[oc, bo], mult[oc, bo], r, spec, 1)
+        b = tirx.const(0, "int32") if kind == "vnni" else bias[oc, bo]  # vnni: the bias seeds the sum
+        return _epilogue_value(acc, b, mult[oc, bo], r, spec, 1)
 
     out = te.compute(spec.out_shape, epi_body, name="epilogue")
     args = [data, weight, bias, mult, *([res] if res is not None else []), out]
@@ -214,14 +218,19 @@ def _compute(spec: QConv2dSpec, kind: str) -> tuple[list[Any], Any]:
 def _linear_halves(load: Any, spec: QConv2dSpec, kind: str) -> Any:
     """The linear requantize on ``out_block`` lanes as float64 halves of (at most) 8 lanes each.
 
-    Each half is ``acc * M`` clamped and rounded in float64 (:func:`linear_requant_expr`), then converted
-    to int32 (exact: the value is already an integer in ``[qmin, qmax]``); the int32 halves are joined into
-    one ``out_block``-wide vector and narrowed to the output dtype once: one packed store.
+    Each half is ``v = float64(acc + bias) * M`` clamped once to ``[L, H]`` (:attr:`QConv2dSpec.
+    requant_clamp`) and rounded to int32 by one rounding convert (:func:`rint_f64_to_i32`; halves of
+    other widths: :func:`linear_requant_expr` to int32); the int32 halves are joined into one
+    ``out_block``-wide vector, ``y_zero`` is added in int32 and the sum narrowed to the output dtype
+    once: one packed store. ``L, H`` lie in ``[qmin - y_zero, qmax - y_zero]``, so nothing overflows.
     """
-    from tvm import tirx
+    from tvm import te, tirx
+
+    from backends.tvm.kernels.x86_int8_dot import RINT_F64_LANES, rint_f64_to_i32
 
     lanes = spec.out_block
     half = 8 if lanes > 8 and lanes % 8 == 0 else lanes
+    lo, hi = spec.requant_clamp
     parts = []
     for h in range(0, lanes, half):
         if kind in ("avx2", "neon"):
@@ -231,7 +240,11 @@ def _linear_halves(load: Any, spec: QConv2dSpec, kind: str) -> Any:
         if kind == "sdot":
             acc = load("wsum", half, 1, h) + acc
         real = tirx.Cast(f"float64x{half}", acc + load("bias", half, 1, h)) * load("multiplier", half, 1, h)
-        parts.append(linear_requant_expr(real, spec, f"int32x{half}"))
+        if half in RINT_F64_LANES:
+            clamped = te.min(te.max(real, tirx.const(lo, "float64")), tirx.const(hi, "float64"))
+            parts.append(rint_f64_to_i32(clamped, half) + tirx.const(spec.y_zero, "int32"))
+        else:
+            parts.append(linear_requant_expr(real, spec, f"int32x{half}"))
     whole = (
         parts[0] if len(parts) == 1 else tirx.Shuffle(parts, [tirx.const(i, "int32") for i in range(lanes)])
     )
@@ -268,6 +281,8 @@ def _vectorize_epilogue(sch: Any, spec: QConv2dSpec, kind: str, wide: bool) -> N
     reads["conv"] = next(buf for name, buf in reads.items() if name.startswith("conv"))  # conv_local
 
     def load(name: str, n: int, stride: int = 1, offset: int = 0) -> Any:
+        if name == "bias" and name not in reads:  # vnni: the accumulator starts at the bias
+            return tirx.Broadcast(tirx.const(0, "int32"), n)
         buf = reads[name]
         idx = region_min(block, buf)
         return tirx.BufferLoad(buf, [*idx[:-1], tirx.Ramp(idx[-1] + offset, stride, n)])
@@ -350,13 +365,41 @@ def _schedule_general(sch: Any, spec: QConv2dSpec, kind: str, wide: bool) -> Non
         sch.unroll(p)
         sch.vectorize(bo)
     init = sch.decompose_reduction(conv, icc)
-    sch.vectorize(sch.get_loops(init)[-1])
+    if kind == "vnni":
+        _seed_with_bias(sch, sch.blockize(sch.get_loops(init)[-1]), spec.out_block)
+    else:
+        sch.vectorize(sch.get_loops(init)[-1])
     _vectorize_epilogue(sch, spec, kind, wide)
     if kind in ("vnni", "avx2"):
         dot = sch.blockize(bo)
         manual_tensorize(sch, dot, "pad" if any(spec.pads) else "data", "weight", kind, spec.out_block)
     if kind == "neon":
         tensorize_neon(sch, sch.blockize(bo), "pad" if any(spec.pads) else "data", "weight", spec.out_block)
+
+
+def _seed_with_bias(sch: Any, block_rv: Any, ob: int) -> None:
+    """The blockized accumulator init ``C[..., 0:ob] = 0`` becomes ``C[..., 0:ob] = bias[oc, 0:ob]``.
+
+    ``sum + bias = (bias + x_0 w_0) + x_1 w_1 + ...`` exactly in int32, so the epilogue adds no bias;
+    and a non-zero init is not merged by LLVM into a ``memset`` call per output tile.
+    """
+    from tvm import ir, tirx
+    from tvm.s_tir.stmt import SBlock
+
+    from backends.tvm.kernels.x86_int8_dot import region_min
+
+    block = sch.get(block_rv)
+    acc = block.writes[0].source
+    idx = region_min(block, acc, writes=True)
+    bias = next(b for b in sch.mod["main"].params if b.name == "bias")
+    src = tirx.BufferLoad(bias, [idx[1], tirx.Ramp(0, 1, ob)])
+    body = tirx.BufferStore(acc, src, [*idx[:-1], tirx.Ramp(idx[-1], 1, ob)])
+    reads = [tirx.BufferRegion(bias, [ir.Range.from_min_extent(idx[1], 1), ir.Range.from_min_extent(0, ob)])]
+    new_block = SBlock(
+        block.iter_vars, reads, block.writes, block.name_hint, body, None,
+        block.alloc_buffers, block.match_buffers, block.annotations,
+    )  # fmt: skip
+    sch.state.replace(sch.get_sref(block_rv), new_block, {block: new_block})
 
 
 def _schedule_sdot(sch: Any, spec: QConv2dSpec, wide: bool) -> None:
@@ -409,7 +452,9 @@ def qconv2d_kernel(spec: QConv2dSpec, target: TargetSpec) -> Kernel:
     args, _ = _compute(spec, kind)
     func = te.create_prim_func(args)
     sch = s_tir.Schedule(func)
-    if any(spec.pads) or kind == "sdot":
+    if kind == "depthwise" and any(spec.pads):
+        sch.compute_inline(sch.get_sblock("pad"))  # no padded copy: the border taps read x_zero
+    elif any(spec.pads) or kind == "sdot":
         _schedule_pad(sch)
     wide = target.lanes >= 16  # AVX-512: hand-written linear requantize epilogue
     if kind == "depthwise":

@@ -7,7 +7,11 @@ Math (integers exact; float64 or float32 epilogue, :mod:`compiler.ops.qconv`):
 * linear requantize (``spec.linear_requant``: uint8/int8 out, activation none/relu/relu6/clip, no
   residual): ``y_q = clamp(round_half_even(clip(float64(acc) * M[oc], lo, hi)) + y_zero, qmin, qmax)``
   with ``M[oc] = float64(x_scale) * float64(w_scale[oc]) / float64(y_scale)`` and the activation's bounds
-  ``lo, hi`` divided by ``y_scale`` in float64 (:func:`compiler.ops.qconv.qconv_requant_bounds`);
+  ``lo, hi`` divided by ``y_scale`` in float64 (:func:`compiler.ops.qconv.qconv_requant_bounds`). The
+  kernels compute it as ``round_half_even(clip(v, L, H)) + y_zero`` with one clamp
+  (:attr:`QConv2dSpec.requant_clamp`): rounding is monotone and fixes the integers ``a = qmin - y_zero``,
+  ``b = qmax - y_zero``, so ``clamp(round(u), a, b) = round(clamp(u, a, b))``, and two clamps in a row
+  are one, ``L = min(max(lo, a), b)``, ``H = min(max(hi, a), b)`` (``L = min(L, H)`` when ``lo > hi``);
 * otherwise ``real = float32(acc) * m[oc]`` with ``m[oc] = float32(float64(x_scale) * float64(w_scale[oc]))``;
 * with a residual: ``real = real + float32(r_q - r_zero) * float32(r_scale)``;
 * ``real = act(real)`` (ONNX activation math, float32);
@@ -28,7 +32,6 @@ Layouts (channels zero-padded up to whole blocks; ``in_block`` is a multiple of 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +85,15 @@ class QConv2dSpec(ConvGeometry):
     def requant_bounds(self) -> tuple[float, float]:
         """The linear form's activation bounds on ``acc * M`` (float64 values, +-inf where unbounded)."""
         return qconv_requant_bounds(self.activation, self.alpha, self.beta, self.y_scale)
+
+    @property
+    def requant_clamp(self) -> tuple[float, float]:
+        """``(L, H)``: the activation bounds and the output range as one clamp on ``v`` (module docstring)."""
+        lo, hi = self.requant_bounds
+        qmin, qmax = QUANT_RANGES[self.out_dtype]
+        a, b = float(qmin - self.y_zero), float(qmax - self.y_zero)
+        top = min(max(hi, a), b)
+        return min(min(max(lo, a), b), top), top
 
     @property
     def weight_shape(self) -> tuple[int, ...]:
@@ -183,17 +195,12 @@ def pack_multiplier(x_scale: float, w_scale: np.ndarray, spec: QConv2dSpec) -> n
 
 
 def linear_requant_expr(v: Any, spec: QConv2dSpec, out_dtype: str) -> Any:
-    """Linear form on float64 ``v = acc * M``: ``clamp(round_half_even(clip(v, lo, hi)) + y_zero)``."""
+    """Linear form on float64 ``v = acc * M``: ``round_half_even(clip(v, L, H)) + y_zero`` (exact)."""
     from tvm import te, tirx
 
     def f64(x: float) -> Any:
         return tirx.const(float(x), "float64")
 
-    lo, hi = spec.requant_bounds
-    if not math.isinf(lo):
-        v = te.max(v, f64(lo))
-    if not math.isinf(hi):
-        v = te.min(v, f64(hi))
-    qmin, qmax = QUANT_RANGES[spec.out_dtype]
-    q = tirx.nearbyint(v) + f64(spec.y_zero)
-    return tirx.Cast(out_dtype, te.max(te.min(q, f64(qmax)), f64(qmin)))
+    lo, hi = spec.requant_clamp
+    q = tirx.nearbyint(te.min(te.max(v, f64(lo)), f64(hi))) + f64(spec.y_zero)
+    return tirx.Cast(out_dtype, q)

@@ -9,13 +9,29 @@ made over an inner ``(ob, p)`` (VNNI) or ``(ob, h, p2)`` (AVX2) nest and replace
 * ``avx2``: per 4 output channels, ``C[2o + h] += sum_{p2<2} u16(A[2h+p2]) * s16(W[o, 2h+p2])`` with one
   ``pmaddwd`` on zero-extended activations and sign-extended weights (products and pair sums fit exactly;
   the two partial sums per channel are added in the epilogue).
+
+:func:`rint_f64_to_i32` is the requantize epilogue's rounding convert: ``int32(round_half_even(v))`` in
+one ``vcvtpd2dq`` (8 lanes, embedded round-to-nearest-even) or AVX ``vcvtpd2dq`` (4 lanes) instead of a
+round then a truncating convert; ``v`` must already lie in int32's range.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["manual_tensorize", "vnni_body", "avx2_body", "region_min", "replace_block_body"]
+__all__ = [
+    "manual_tensorize",
+    "vnni_body",
+    "avx2_body",
+    "region_min",
+    "replace_block_body",
+    "rint_f64_to_i32",
+    "RINT_F64_LANES",
+]
+
+# lanes -> the x86 intrinsic converting float64 lanes to int32 with round-half-even
+RINT_F64_LANES = {8: "llvm.x86.avx512.mask.cvtpd2dq.512", 4: "llvm.x86.avx.cvt.pd2dq.256"}
+_ROUND_NEAREST_SAE = 8  # _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC
 
 
 def _vec_index(indices: list[Any], lanes: int) -> list[Any]:
@@ -121,3 +137,20 @@ def replace_block_body(sch: Any, block_rv: Any, body: Any) -> None:
         block.annotations,
     )
     sch.state.replace(sch.get_sref(block_rv), new_block, {block: new_block})
+
+
+def rint_f64_to_i32(v: Any, lanes: int) -> Any:
+    """``int32(round_half_even(v))`` for a ``float64x{lanes}`` ``v`` (lanes in :data:`RINT_F64_LANES`).
+
+    8 lanes: AVX-512 ``vcvtpd2dq`` with embedded round-to-nearest-even (all lanes, no passthrough);
+    4 lanes: AVX ``vcvtpd2dq`` (MXCSR's rounding, round-to-nearest-even unless a caller changed it, as
+    ``nearbyint`` assumes too). Exact for every ``v`` inside int32's range.
+    """
+    from tvm import tirx
+
+    name = RINT_F64_LANES[lanes]
+    if lanes == 8:
+        zero = tirx.Broadcast(tirx.const(0, "int32"), 8)
+        mask, rounding = tirx.const(-1, "int8"), tirx.const(_ROUND_NEAREST_SAE, "int32")
+        return tirx.call_llvm_pure_intrin("int32x8", name, v, zero, mask, rounding)
+    return tirx.call_llvm_pure_intrin(f"int32x{lanes}", name, v)
