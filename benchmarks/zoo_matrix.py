@@ -160,7 +160,7 @@ def _fp16_layers(manifest: dict[str, Any]) -> str:
 
 
 _SEGMENT = re.compile(r"; (?=[\w.:]+(?: [\w.:]+)? \()")
-_GAP = re.compile(r"(?:^|; )([\w.+-]+): ([\w.:]+) \(nodes? ")
+_GAP = re.compile(r"(?:^|; |: )([\w.+-]+(?: [\w.+:-]+)?): ([\w.:]+) \(nodes? ")  # label: "mnn", "tvm cuda:sm_80"
 _NO_LOWERING = re.compile(r"^no \w+ (lowering|mapping)$", re.IGNORECASE)
 
 
@@ -174,9 +174,10 @@ def refused_ops(message: str) -> list[tuple[str, str, str]]:
     %out): why`` and a frontend's ``node 'name' (OP): why``.
     """
     out: list[tuple[str, str, str]] = []
-    m = re.search(r"\d+ unsupported op\(s\) for [^:]*: ", message)
-    if m:
-        body = message[m.end() :]
+    m = re.search(r"\d+ unsupported op\(s\) for ", message)
+    first = _GAP.search(message, m.end()) if m else None
+    if m and first:
+        body = message[first.start() :]
         starts = list(_GAP.finditer(body))
         for i, g in enumerate(starts):
             seg = body[g.end() : starts[i + 1].start() if i + 1 < len(starts) else len(body)]
