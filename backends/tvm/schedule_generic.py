@@ -363,7 +363,9 @@ def schedule_unscheduled(
     from tvm import tirx
 
     from backends.tvm.kernel_report import kernel_entry
+    from backends.tvm.vector_intrinsics import mark_vectorizable
 
+    mark_vectorizable()  # before the build's VectorizeLoop (see that module)
     funcs = {}
     for gv, func in mod.functions_items():
         if (
