@@ -118,6 +118,7 @@ def capabilities() -> CapabilityTable[LowerFn]:
     one-to-one entry's attribute check.
     """
     import backends.cann.lower_detection  # noqa: F401  (registers the lowerings that need code)
+    import backends.cann.lower_index  # noqa: F401
     import backends.cann.lower_nn  # noqa: F401
     import backends.cann.lower_quant  # noqa: F401
     import backends.cann.lower_rnn  # noqa: F401

@@ -263,6 +263,7 @@ def _fits(kiln: tuple[int | str, ...] | None, desc: tuple[int, ...]) -> bool:
 def lift_graph(om: OmGraph, source: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """The Kiln Graph of an OmGraph read from ``source``."""
     import frontends.cann.lift_detection  # noqa: F401  (registers the lifters that need code)
+    import frontends.cann.lift_index  # noqa: F401
     import frontends.cann.lift_nn  # noqa: F401
     import frontends.cann.lift_quant  # noqa: F401
     import frontends.cann.lift_rnn  # noqa: F401

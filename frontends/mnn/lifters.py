@@ -287,14 +287,48 @@ _BINARY = {
     M.BinaryOpOperation.GREATER: "Greater",
     M.BinaryOpOperation.LESS: "Less",
     M.BinaryOpOperation.EQUAL: "Equal",
+    M.BinaryOpOperation.GREATER_EQUAL: "GreaterOrEqual",
+    M.BinaryOpOperation.LESS_EQUAL: "LessOrEqual",
 }
-# MNN's MOD is the C-style remainder (ONNX Mod fmod=1), FLOORMOD Python's (fmod=0)
+# on bool tensors (MNN's int32 0 / 1), as Kiln's writer spells logic (backends/mnn/lower/compare.py)
+_LOGIC = {
+    M.BinaryOpOperation.MUL: "And",
+    M.BinaryOpOperation.LOGICALOR: "Or",
+    M.BinaryOpOperation.LOGICALXOR: "Xor",
+}
+# MNN's float MOD is the C-style remainder (ONNX Mod fmod=1), FLOORMOD Python's (fmod=0)
 _MOD = {M.BinaryOpOperation.MOD: 1, M.BinaryOpOperation.FLOORMOD: 0}
 _BINARY_CONST = {  # folded when both inputs are constants (shape arithmetic)
     M.BinaryOpOperation.MOD: np.fmod,
     M.BinaryOpOperation.FLOORMOD: np.mod,
     M.BinaryOpOperation.FLOORDIV: np.floor_divide,
 }
+
+
+def _lift_logic(r: Reader, kind: int, op: Any, ins: list[int], out: int) -> bool:
+    """And / Or / Xor of two bool tensors, and Not(a) = EQUAL(a, 0) of a bool one; False otherwise."""
+    if kind == M.BinaryOpOperation.EQUAL and _is_const(r, ins[1]) and not _is_const(r, ins[0]):
+        a = r.value(ins[0])
+        if a.type.dtype != DType.BOOL or np.any(r.const(ins[1])):
+            return False
+        _node(r, "Not", [a], None, op, out)
+        return True
+    if kind not in _LOGIC:
+        return False
+    consts = [np.asarray(r.const(i)) if _is_const(r, i) else None for i in ins]
+    if all(c is not None for c in consts):
+        return False
+    for i, c in zip(ins, consts, strict=True):  # a bool constant is stored as int32 0 / 1
+        if (c is None and r.value(i).type.dtype != DType.BOOL) or (
+            c is not None and not np.isin(c, (0, 1)).all()
+        ):
+            return False
+    vals: list[Value | None] = [
+        r.value(i) if c is None else r.g.add_constant(c.astype(np.bool_), f"{op_name(op)}_bool{i}")
+        for i, c in zip(ins, consts, strict=True)
+    ]
+    _node(r, _LOGIC[kind], vals, None, op, out)
+    return True
 
 
 @lifter("BinaryOp")
@@ -307,7 +341,12 @@ def _binary(r: Reader, op: Any, ins: list[int], outs: list[int]) -> None:
         r.consts[outs[0]] = np.asarray(fn(a0, b0), np.result_type(a0, b0))
         return
     if p.OpType() in _MOD and len(ins) == 2 and p.ActivationType() == 0:
-        _node(r, "Mod", [r.value(ins[0]), r.value(ins[1])], {"fmod": _MOD[p.OpType()]}, op, outs[0])
+        a, b = r.value(ins[0]), r.value(ins[1])
+        # observed in MNN 3.6.1: MOD of int32 tensors takes the sign of the divisor (fmod=0)
+        fmod = 0 if a.type.dtype.is_integer else _MOD[p.OpType()]
+        _node(r, "Mod", [a, b], {"fmod": fmod}, op, outs[0])
+        return
+    if len(ins) == 2 and p.ActivationType() == 0 and _lift_logic(r, p.OpType(), op, ins, outs[0]):
         return
     if kind is None or len(ins) != 2:
         raise MnnReadError(

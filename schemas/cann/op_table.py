@@ -114,6 +114,15 @@ _BINARY: tuple[tuple[str, str], ...] = (
     ("Pow", "Pow"),
     ("PRelu", "PRelu"),
 )
+_COMPARE: tuple[tuple[str, str], ...] = (
+    ("Less", "Less"),
+    ("Greater", "Greater"),
+    ("LessOrEqual", "LessEqual"),
+    ("GreaterOrEqual", "GreaterEqual"),
+    ("Not", "LogicalNot"),
+    ("Or", "LogicalOr"),
+    ("And", "LogicalAnd"),
+)
 _REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 _RESIZE_ATTRS = (
     AttrRule("coordinate_transformation_mode", "coordinate_transformation_mode", "s"),
@@ -133,7 +142,14 @@ SIMPLE_OPS: tuple[SimpleOp, ...] = (
     SimpleOp("kiln::Relu6", "Relu6"),
     SimpleOp("Identity", "Identity"),
     SimpleOp("Equal", "Equal"),
+    *(SimpleOp(k, g) for k, g in _COMPARE),
     SimpleOp("Where", "SelectV2"),
+    SimpleOp("Elu", "Elu", (AttrRule("alpha", "alpha", "f"),)),
+    SimpleOp("IsNaN", "IsNan"),
+    SimpleOp("Tile", "Tile"),
+    SimpleOp("GatherElements", "GatherElements", (AttrRule("axis", "dim", "i"),)),
+    SimpleOp("GatherND", "GatherNd"),
+    SimpleOp("CumSum", "Cumsum", (_bool_rule("exclusive", "exclusive"), _bool_rule("reverse", "reverse"))),
     SimpleOp("Clip", "ClipByValue"),
     SimpleOp(
         "Softmax",

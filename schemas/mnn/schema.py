@@ -67,6 +67,9 @@ def enum_name(enum: type, value: int) -> str:
 def builder_fn(table: str, action: str) -> Any:
     """The generated builder function ``<table><action>`` (e.g. ``PoolAddKernelX``)."""
     fn = getattr(fb, f"{table}{action}", None)
+    if fn is None:  # flatc spells an upper-case run in a field name as one word (isBidirectionalRNN)
+        want = f"{table}{action}".lower()
+        fn = next((getattr(fb, k) for k in vars(fb) if k.lower() == want), None)
     if fn is None:
         raise KeyError(f"MNN table {table} has no builder function {table}{action}")
     return fn

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from backends.mnn.lower import (
     activation,
+    compare,
     conv,
     elementwise,
+    gelu,
+    gru,
+    indexing,
     linear,
     nms,
     normalization,
@@ -30,10 +34,14 @@ __all__ = ["TABLE", "WEIGHT_VIEWS", "supported_ops"]
 _LOWERINGS: dict[str, Lowering] = {}
 _FAMILIES = (
     activation,
+    compare,
     conv,
     linear,
     nms,
     elementwise,
+    gelu,
+    gru,
+    indexing,
     normalization,
     pooling,
     quant,

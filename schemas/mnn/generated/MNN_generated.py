@@ -408,6 +408,7 @@ class OpType(object):
 class OpParameter(object):
     NONE = 0
     QuantizedAdd = 1
+    ArgMax = 2
     Axis = 4
     BatchNorm = 5
     BinaryOp = 6
@@ -453,15 +454,19 @@ class OpParameter(object):
     StridedSliceParam = 65
     TensorConvertInfo = 66
     TfQuantizedConv2D = 67
+    TopKV2 = 68
     Transpose = 69
     UnaryOp = 70
+    RNNParam = 72
     BatchMatMulParam = 73
     QuantizedFloatParam = 74
     Extra = 78
     Pool3D = 79
     ELU = 81
+    OneHotParam = 83
     PadParam = 84
     LayerNorm = 88
+    CumSum = 94
 
 
 class ForwardType(object):
@@ -4005,6 +4010,118 @@ def InterpEnd(builder):
 
 
 
+class ArgMax(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = ArgMax()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsArgMax(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    # ArgMax
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # ArgMax
+    def OutMaxVal(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # ArgMax
+    def TopK(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # ArgMax
+    def Axis(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # ArgMax
+    def SoftmaxThreshold(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+def ArgMaxStart(builder):
+    builder.StartObject(4)
+
+def ArgMaxAddOutMaxVal(builder, outMaxVal):
+    builder.PrependInt32Slot(0, outMaxVal, 0)
+
+def ArgMaxAddTopK(builder, topK):
+    builder.PrependInt32Slot(1, topK, 0)
+
+def ArgMaxAddAxis(builder, axis):
+    builder.PrependInt32Slot(2, axis, 0)
+
+def ArgMaxAddSoftmaxThreshold(builder, softmaxThreshold):
+    builder.PrependInt32Slot(3, softmaxThreshold, 0)
+
+def ArgMaxEnd(builder):
+    return builder.EndObject()
+
+
+
+class CumSum(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = CumSum()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsCumSum(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    # CumSum
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # CumSum
+    def Exclusive(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # CumSum
+    def Reverse(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+def CumSumStart(builder):
+    builder.StartObject(2)
+
+def CumSumAddExclusive(builder, exclusive):
+    builder.PrependBoolSlot(0, exclusive, 0)
+
+def CumSumAddReverse(builder, reverse):
+    builder.PrependBoolSlot(1, reverse, 0)
+
+def CumSumEnd(builder):
+    return builder.EndObject()
+
+
+
 class BinaryOp(object):
     __slots__ = ['_tab']
 
@@ -5134,6 +5251,304 @@ def PadParamAddMode(builder, mode):
     builder.PrependInt8Slot(0, mode, 0)
 
 def PadParamEnd(builder):
+    return builder.EndObject()
+
+
+
+class TopKV2(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = TopKV2()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsTopKV2(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    # TopKV2
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # TopKV2
+    def T(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 1
+
+    # TopKV2
+    def Sorted(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # TopKV2
+    def Largest(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return True
+
+def TopKV2Start(builder):
+    builder.StartObject(3)
+
+def TopKV2AddT(builder, t):
+    builder.PrependInt32Slot(0, t, 1)
+
+def TopKV2AddSorted(builder, sorted):
+    builder.PrependBoolSlot(1, sorted, 0)
+
+def TopKV2AddLargest(builder, largest):
+    builder.PrependBoolSlot(2, largest, 1)
+
+def TopKV2End(builder):
+    return builder.EndObject()
+
+
+
+class OneHotParam(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = OneHotParam()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsOneHotParam(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    # OneHotParam
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # OneHotParam
+    def DType(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 1
+
+    # OneHotParam
+    def Axis(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+def OneHotParamStart(builder):
+    builder.StartObject(2)
+
+def OneHotParamAddDType(builder, dType):
+    builder.PrependInt32Slot(0, dType, 1)
+
+def OneHotParamAddAxis(builder, axis):
+    builder.PrependInt32Slot(1, axis, -1)
+
+def OneHotParamEnd(builder):
+    return builder.EndObject()
+
+
+
+class RNNParam(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = RNNParam()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsRNNParam(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    # RNNParam
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # RNNParam
+    def NumUnits(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # RNNParam
+    def IsBidirectionalRnn(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # RNNParam
+    def LinearBeforeReset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # RNNParam
+    def KeepAllOutputs(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # RNNParam
+    def FwGateWeight(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def FwGateBias(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def FwCandidateWeight(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def FwCandidateBias(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def FwRecurrentBias(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def BwGateWeight(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def BwGateBias(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def BwCandidateWeight(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def BwCandidateBias(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # RNNParam
+    def BwRecurrentBias(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = Blob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+def RNNParamStart(builder):
+    builder.StartObject(14)
+
+def RNNParamAddNumUnits(builder, numUnits):
+    builder.PrependInt32Slot(0, numUnits, 0)
+
+def RNNParamAddIsBidirectionalRnn(builder, isBidirectionalRnn):
+    builder.PrependBoolSlot(1, isBidirectionalRnn, 0)
+
+def RNNParamAddLinearBeforeReset(builder, linearBeforeReset):
+    builder.PrependBoolSlot(2, linearBeforeReset, 0)
+
+def RNNParamAddKeepAllOutputs(builder, keepAllOutputs):
+    builder.PrependBoolSlot(3, keepAllOutputs, 0)
+
+def RNNParamAddFwGateWeight(builder, fwGateWeight):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(fwGateWeight), 0)
+
+def RNNParamAddFwGateBias(builder, fwGateBias):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(fwGateBias), 0)
+
+def RNNParamAddFwCandidateWeight(builder, fwCandidateWeight):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(fwCandidateWeight), 0)
+
+def RNNParamAddFwCandidateBias(builder, fwCandidateBias):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(fwCandidateBias), 0)
+
+def RNNParamAddFwRecurrentBias(builder, fwRecurrentBias):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(fwRecurrentBias), 0)
+
+def RNNParamAddBwGateWeight(builder, bwGateWeight):
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(bwGateWeight), 0)
+
+def RNNParamAddBwGateBias(builder, bwGateBias):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(bwGateBias), 0)
+
+def RNNParamAddBwCandidateWeight(builder, bwCandidateWeight):
+    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(bwCandidateWeight), 0)
+
+def RNNParamAddBwCandidateBias(builder, bwCandidateBias):
+    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(bwCandidateBias), 0)
+
+def RNNParamAddBwRecurrentBias(builder, bwRecurrentBias):
+    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(bwRecurrentBias), 0)
+
+def RNNParamEnd(builder):
     return builder.EndObject()
 
 
