@@ -79,6 +79,8 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
         # N-D MatMuls by constant weights as MNN's fully connected conv (bias fused, input packed once)
         "matmul-to-gemm{image=1}",
         "normalize-gemm",
+        # x/2 (1 + erf(x/sqrt(2))) as one Gelu, which the MNN writer computes with vectorized kernels
+        "mnn-fuse-gelu",
         "decompose{backend=mnn}",
         _LEGALIZE_CLEANUP,
         "mnn-gptq-weights",

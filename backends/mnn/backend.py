@@ -39,6 +39,7 @@ class MnnBackend(BackendBase):
 
     def legalization(self, target: str, options: CompileOptions | None) -> list[PipelineItem]:
         """``legalize-mnn`` (its last pass, ``mnn-gptq-weights``, is this backend's own)."""
+        import backends.mnn.fuse_gelu  # noqa: F401  (registers mnn-fuse-gelu)
         import backends.mnn.gptq_pass  # noqa: F401  (registers mnn-gptq-weights)
 
         return super().legalization(target, options)

@@ -15,12 +15,13 @@ hard_sigmoid   BinaryOp MUL a, BinaryOp ADD b, ReLU6{0, 1}: clip(a x + b, 0, 1)
 
 All of them keep the layout of their input.
 
-Gelu has no lowering: the ``gelu-erf`` / ``gelu-tanh`` decompositions write it (Mul, UnaryOp
-ERF or TANH, Add, Mul). MNN 3.6.1's native forms are either slow or inexact:
+Gelu (erf form) has its own lowering (:mod:`backends.mnn.lower.gelu`, a sigmoid of a rational
+function; ``mnn-fuse-gelu`` finds the erf pattern); the ``gelu-tanh`` decomposition writes the tanh
+form (Mul, UnaryOp TANH, Add, Mul). MNN 3.6.1's native forms are either slow or inexact:
 
 * UnaryOp GELU_STANDARD (erf form) computes ``(erf(x * 0.70710679) + 1) * x * 0.5`` with the
   double-precision erf, one element at a time: accurate (max abs 4.8e-7 against onnxruntime
-  over [-12, 12]), but 3.1x slower than the decomposition (observed, 1 thread, a [1, 197, 1536]
+  over [-12, 12]), but 3.1x slower than the erf decomposition (observed, 1 thread, a [1, 197, 1536]
   tensor as in ViT-Tiny's MLP: 6.1 ms against 2.0 ms);
 * UnaryOp GELU (tanh form; also what MNN's converter writes for the erf form) replaces tanh by a
   [7/6] Padé fraction clipped at |v| > 5, whose 1 + tanh(v) loses all precision for x in about

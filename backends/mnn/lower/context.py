@@ -91,6 +91,7 @@ class LowerContext:
         self._tensors: dict[tuple[int, int], dict[Format, int]] = {}
         self._native: dict[tuple[int, int], Format] = {}
         self._anon_consts: dict[str, int] = {}
+        self._rows: dict[tuple[int, int], int] = {}
 
     # ----------------------------------------------------------------- values
     def const(self, value: Value | None) -> np.ndarray | None:
@@ -143,6 +144,25 @@ class LowerContext:
         key = (value.node, value.port)
         self._tensors[key] = self._tensors[skey]
         self._native[key] = self._native[skey]
+
+    def rows_view(self, value: Value) -> int | None:
+        """The [P, N, 1, 1] NC4HW4 tensor holding the same data as ``value`` ([..., N], P the
+        product of the leading dims), if one was made: a fully connected conv's output, or its
+        packed input."""
+        return self._rows.get((value.node, value.port))
+
+    def set_rows_view(self, value: Value, index: int) -> None:
+        """Record ``index`` as the [P, N, 1, 1] NC4HW4 form of ``value`` (see :meth:`rows_view`)."""
+        self._rows[(value.node, value.port)] = index
+
+    def define_rows(self, value: Value, packed: int, name: str) -> None:
+        """Define ``value`` from its [P, N, 1, 1] NC4HW4 form ``packed``: recorded as its rows view,
+        and its NCHW tensor a ConvertTensor + Reshape of it (dropped from the net when unread)."""
+        self.set_rows_view(value, packed)
+        plain = self.convert(packed, Format.NC4HW4, Format.NCHW, f"{value.name}__rows{Format.NCHW.suffix}")
+        dims = np.asarray(self.shape(value), np.int32)
+        param = Table("Reshape", {"dims": dims, "dimType": Format.NCHW}, force=frozenset({"dimType"}))
+        self.emit("Reshape", name, [plain], [self.define(value, Format.NCHW)], param)
 
     def temp(self, base: str) -> int:
         """A fresh intermediate tensor named after ``base``."""

@@ -2,7 +2,9 @@
 
 Layout: NC4HW4 when every variable input is a 4-D tensor already produced in NC4HW4 (a
 residual add or a squeeze-excitation multiply between convs) and any constant is a
-scalar; otherwise NCHW, where MNN broadcasts numpy-style. Variadic Max/Min/Sum become a
+scalar; otherwise NCHW, where MNN broadcasts numpy-style. A fully connected layer's output
+times (plus, ...) a scalar constant runs on the layer's packed [P, N, 1, 1] form and keeps it
+(:meth:`~backends.mnn.lower.context.LowerContext.rows_view`). Variadic Max/Min/Sum become a
 chain of two-input ops.
 """
 
@@ -60,6 +62,25 @@ def operand(ctx: LowerContext, value: Value, fmt: Format, base: str) -> int:
     return ctx.tensor(value, fmt)
 
 
+def _lower_on_rows(ctx: LowerContext, ins: list[Value], value: Value, kind: int, name: str) -> bool:
+    """``x op c`` / ``c op x`` (float, c a scalar constant) on x's packed [P, N, 1, 1] form, when x
+    has one (a fully connected layer's output): the result keeps that form; True if emitted."""
+    if len(ins) != 2 or not value.type.dtype.is_float or ctx.int8_form:
+        return False
+    consts = [v.const is not None and v.const.size == 1 for v in ins]
+    if consts.count(True) != 1:
+        return False
+    x = ins[consts.index(False)]
+    rows = ctx.rows_view(x)
+    if rows is None or ctx.shape(x) != ctx.shape(value):
+        return False
+    operands = [rows if v is x else operand(ctx, v, Format.NC4HW4, name) for v in ins]
+    packed = ctx.temp(f"{value.name}__rows")
+    ctx.emit("BinaryOp", f"{name}__rows", operands, [packed], binary_table(kind))
+    ctx.define_rows(value, packed, name)
+    return True
+
+
 def _check(graph: Graph, node: Node) -> str | None:
     dt = node.output_types[0].dtype
     if dt.is_float or (node.op in _INT_OK and dt.is_integer):
@@ -75,8 +96,10 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     if len(ins) == 1:
         ctx.alias(value, ins[0])
         return
-    fmt = shared_format(ctx, ins, len(ctx.shape(value)))
     kind = BINARY_OPS[node.op]
+    if _lower_on_rows(ctx, ins, value, kind, name):
+        return
+    fmt = shared_format(ctx, ins, len(ctx.shape(value)))
     acc = operand(ctx, ins[0], fmt, name)
     for i, v in enumerate(ins[1:], start=1):
         last = i == len(ins) - 1

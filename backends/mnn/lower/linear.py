@@ -8,6 +8,10 @@ transA = 0, alpha = beta = 1).
 When A is a Reshape/Flatten of a [P, K, 1, 1] tensor (a global pool before the classifier), the
 conv reads that tensor directly in NC4HW4 (same values, as [P, K, 1, 1] is A's 4-D form), which
 saves two layout copies and two reshapes (the then unread Reshape is dropped from the net).
+The packed [P, K, 1, 1] form of A is made once and shared by every fully connected layer that
+reads A (attention's query, key and value), and the conv's output is kept as the packed form of
+the result (:meth:`LowerContext.rows_view`), which an elementwise lowering (Gelu) or the next fully
+connected layer reads without a layout copy; an unread NCHW copy is dropped.
 A MatMul of two variable tensors becomes MatMul (2-D) or BatchMatMul.
 """
 
@@ -73,16 +77,23 @@ def emit_fc(
     n, k = view.rows.shape
     rows = int(np.prod(a_shape[:-1], dtype=np.int64))
     src = pooled_source(ctx, a_value, rows, k)
-    if src is not None:
+    view_of_a = None if ctx.int8_form else ctx.rows_view(a_value)
+    if view_of_a is not None:
+        packed = view_of_a
+    elif src is not None:
         packed = ctx.tensor(src, Format.NC4HW4)
     else:
         a = ctx.tensor(a_value, Format.NCHW)
         flat = ctx.temp(f"{value.name}__in4d")
         ctx.emit("Reshape", f"{name}__in4d", [a], [flat], reshape_table((rows, k, 1, 1)))
         packed = ctx.convert(flat, Format.NCHW, Format.NC4HW4, f"{value.name}__in4d{Format.NC4HW4.suffix}")
+        if not ctx.int8_form:
+            ctx.set_rows_view(a_value, packed)
     conv_out = ctx.temp(f"{value.name}__fc")
     common = conv_common((1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, n, k)
     emit_conv(ctx, node, "Convolution", name, packed, conv_out, common, view, bias, storage)
+    if not ctx.int8_form:
+        ctx.set_rows_view(value, conv_out)
     plain = ctx.convert(conv_out, Format.NC4HW4, Format.NCHW, f"{value.name}__fc{Format.NCHW.suffix}")
     out = ctx.define(value, Format.NCHW)
     ctx.emit("Reshape", f"{name}__out", [plain], [out], reshape_table(ctx.shape(value)))

@@ -3,7 +3,9 @@ output shape), Transpose (Permute), Concat, Softmax, Cast, Expand (BroadcastTo t
 output shape, an int32 constant; MNN 3.6.1's runtime runs it), Identity and Dropout (aliases).
 
 All shapes are static by the time Kiln writes MNN, so every reshape-like op becomes one
-``Reshape{dims = output shape, dimType NCHW}``; NCHW is what gives ONNX semantics.
+``Reshape{dims = output shape, dimType NCHW}``; NCHW is what gives ONNX semantics. A reshape
+that keeps the last dim N (and the product P of the others) keeps its input's packed
+[P, N, 1, 1] form (:meth:`~backends.mnn.lower.context.LowerContext.rows_view`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def _lower_reshape(ctx: LowerContext, node: Node) -> None:
     value = ctx.graph.value(node)
     out = ctx.define(value, Format.NCHW)
     ctx.emit("Reshape", ctx.op_name(node), [x], [out], reshape_table(ctx.shape(value)))
+    # a reshape that keeps the last dim keeps the [P, N, 1, 1] packed form of its input
+    src = ctx.graph.inputs_of(node)[0]
+    assert src is not None
+    rows = ctx.rows_view(src)
+    if rows is not None and ctx.shape(value)[-1:] == ctx.shape(src)[-1:] and len(ctx.shape(value)) >= 2:
+        ctx.set_rows_view(value, rows)
 
 
 def _lower_transpose(ctx: LowerContext, node: Node) -> None:
