@@ -160,7 +160,8 @@ def _fp16_layers(manifest: dict[str, Any]) -> str:
 
 
 _SEGMENT = re.compile(r"; (?=[\w.:]+(?: [\w.:]+)? \()")
-_GAP = re.compile(r"(?:^|; |: )([\w.+-]+(?: [\w.+:-]+)?): ([\w.:]+) \(nodes? ")  # label: "mnn", "tvm cuda:sm_80"
+# a gap: "LABEL: OP (node", LABEL like "mnn" or "tvm cuda:sm_80"
+_GAP = re.compile(r"(?:^|; |: )([\w.+-]+(?: [\w.+:-]+)?): ([\w.:]+) \(nodes? ")
 _NO_LOWERING = re.compile(r"^no \w+ (lowering|mapping)$", re.IGNORECASE)
 
 
