@@ -277,5 +277,6 @@ def test_tiles_fit_registers(target: TargetSpec) -> None:
     )
     tile = pick_conv_tile(big, target)
     acc = tile.oc * tile.oh * tile.ow
-    assert (8 <= acc <= 13) if regs == 16 else (16 <= acc <= 28)
+    # AVX-512: the accumulators stay under TVM's 1 KiB stack limit (a bigger tile is a workspace buffer)
+    assert (8 <= acc <= 13) if regs == 16 else (acc >= 12 and acc * big.out_block * 4 < 1024)
     assert pick_depthwise_tile(replace(big, groups=128), target) >= 4

@@ -3,7 +3,9 @@
 **matmul** (``[batch.., i, j] += A[.., i, k] * B[.., k, j]``, plain indices, one reduction axis
 innermost): a register tile of ``ti`` rows x ``tv`` vectors of ``j`` (:func:`pick_matmul_tile`),
 loops ``[batch, j_o, i_o] (fused, parallel when large), k, i_i (unrolled), j_i (vectors unrolled,
-lanes vectorized)`` with the accumulators in a ``local`` buffer. ``j_o`` outside ``i_o`` keeps one
+lanes vectorized)`` with the accumulators in a per-tile buffer of global scope: TVM serves a
+``local`` buffer from the workspace pool (an alloc/free call pair per tile) but puts a global one
+under 1 KiB on the stack, where LLVM keeps it in registers. ``j_o`` outside ``i_o`` keeps one
 ``K x tv*lanes`` panel of B hot for every row tile. The epilogue the function computes on the
 product (bias, activation, residual: the injective consumers FuseOps put in the same function) is
 reverse-inlined into the tile's write-back (when it has the same iteration domain), so the
@@ -28,6 +30,7 @@ from backends.tvm.schedule_nest import (
     Nest,
     as_int,
     contiguous_in,
+    fits_stack,
     is_plain_indexed,
     vec_width,
 )
@@ -56,14 +59,17 @@ class MatmulTile:
     tv: int
 
 
-def pick_matmul_tile(rows: int, vectors: int, registers: int) -> MatmulTile:
+def pick_matmul_tile(rows: int, vectors: int, registers: int, vec: int | None = None) -> MatmulTile:
     """The tile maximizing modelled FMAs per cycle (two FMA pipes, latency 4, two loads a cycle).
 
     Per ``k`` a tile issues ``ti*tv`` FMAs, ``tv`` loads of B and ``ti`` broadcasts of A; cycles
     ``max(acc/2, loads/2, 4) + 1``; rows padded up to a multiple of a non-divisible ``ti`` are
     wasted, and the padding copies cost about 10% (x0.9). The accumulators, the B vectors and one
     broadcast must fit in ``registers``. ``tv`` is at most 4, or 8 below 4 rows (a GEMV-like
-    product: one row of 4 vectors leaves 3 of every 4 FMA slots idle).
+    product: one row of 4 vectors leaves 3 of every 4 FMA slots idle). Given the vector width
+    ``vec``, the ``ti*tv*vec`` accumulators must also fit TVM's stack limit
+    (:func:`~backends.tvm.schedule_nest.fits_stack`; a bigger tile buffer is a workspace call pair
+    per tile, measured slower than the next smaller tile); a 1-element tile always qualifies.
     """
     best: tuple[float, MatmulTile] | None = None
     max_vectors = _GEMV_VECTORS if rows < _GEMV_ROWS else _MAX_VECTORS
@@ -72,7 +78,7 @@ def pick_matmul_tile(rows: int, vectors: int, registers: int) -> MatmulTile:
             continue
         for ti in range(1, min(rows, _MAX_ROWS) + 1):
             acc = ti * tv
-            if acc + tv + 1 > registers:
+            if acc + tv + 1 > registers or (vec is not None and acc > 1 and not fits_stack(acc * vec)):
                 continue
             tiles = -(-rows // ti)
             useful = rows / (tiles * ti)
@@ -147,7 +153,7 @@ def schedule_matmul(sch: Any, name: str, target: TargetSpec) -> None:
     if vec is None:  # pad j to whole vectors
         vec = lanes if j_ext >= lanes else max(4, lanes // 2)
         cols = -(-j_ext // vec) * vec
-    tile = pick_matmul_tile(i_ext, (cols or j_ext) // vec, _registers(target))
+    tile = pick_matmul_tile(i_ext, (cols or j_ext) // vec, _registers(target), vec)
     rows = -(-i_ext // tile.ti) * tile.ti if i_ext % tile.ti else None
     if rows is not None or cols is not None:
         nest = _pad(sch, name, nest, rows, cols)
@@ -156,7 +162,7 @@ def schedule_matmul(sch: Any, name: str, target: TargetSpec) -> None:
     i_o, i_i = sch.split(i, [None, tile.ti])
     j_o, j_i = sch.split(j, [None, tile.tv * vec])
     sch.reorder(*batch, j_o, i_o, k, i_i, j_i)
-    local = sch.cache_write(block, 0, "local")
+    local = sch.cache_write(block, 0, "global")  # not "local": see the module docstring
     _fuse_epilogue(sch, local)
     sch.reverse_compute_at(local, i_o)
     outer = sch.fuse(*batch, j_o, i_o)
@@ -216,7 +222,7 @@ def schedule_row_reduction(sch: Any, name: str, target: TargetSpec) -> None:
     if nest.work > PARALLEL_MIN_WORK and target.num_cores > 1:
         sch.parallel(outer)
     sch.compute_at(rf, outer)
-    sch.set_scope(rf, 0, "local")
+    # the partial-sum vector stays in the default (global) scope: a stack array, no workspace call
     rf_nest = Nest(sch, rf)  # below ``outer``: ri (spatial in rf) and the reduction loops, any order
     below = list(zip(rf_nest.loops, rf_nest.kinds, rf_nest.extents, strict=True))[1:]
     ri_rf = [lp for lp, kd, e in below if kd == "S" and e == width]

@@ -16,9 +16,14 @@ __all__ = [
     "is_plain_indexed",
     "TVM_ERRORS",
     "PARALLEL_MIN_WORK",
+    "STACK_BYTES",
+    "fits_stack",
 ]
 
 PARALLEL_MIN_WORK = 16384  # loop iterations below which a block stays serial
+# TVM puts a CPU buffer on the stack only when its scope is global and it is smaller than this; any
+# other (a "local" one, or one this big) comes from the workspace pool: a call pair per tile
+STACK_BYTES = 1024
 TVM_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, AttributeError, AssertionError, KeyError)
 
 
@@ -31,6 +36,12 @@ def as_int(x: Any) -> int | None:
     if isinstance(x, tirx.IntImm):
         return int(x.value)
     return None
+
+
+def fits_stack(elements: int, dtype_bytes: int = 4) -> bool:
+    """True when a global tile buffer of ``elements`` is a stack array (``< STACK_BYTES``), which
+    LLVM keeps in registers when the tile loops are unrolled."""
+    return elements * dtype_bytes < STACK_BYTES
 
 
 def vec_width(extent: int | None, lanes: int) -> int | None:

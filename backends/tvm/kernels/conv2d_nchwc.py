@@ -10,7 +10,7 @@ the ``group_chunks`` input chunks of output chunk ``o`` from ``s(o) = group_chun
 
 Schedule (classic direct-conv register tiling): split ``o -> (oo, oi)``, ``oh -> (hho, hhi)``,
 ``ow -> (wo, wi)`` and order ``[n*oo*hho] (parallel), wo, i, kh, kw, bi, oi, hhi, wi, bo``; the
-accumulator tile ``oi*hhi*wi*ceil(ob/lanes)`` lives in registers (``local`` scope, unrolled), the
+accumulator tile ``oi*hhi*wi*ceil(ob/lanes)`` lives in registers (a global-scope tile buffer, unrolled), the
 out block is vectorized, ``kw`` stays a loop, and the epilogue is computed at ``wo``.
 """
 
@@ -23,6 +23,7 @@ from backends.tvm.kernels.conv_geometry import grouped_fits
 from backends.tvm.kernels.conv_spec import Conv2dSpec
 from backends.tvm.kernels.epilogue import epilogue_stage
 from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.schedule_nest import fits_stack
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -69,7 +70,9 @@ def pick_conv_tile(spec: Conv2dSpec, target: TargetSpec) -> ConvTile:
     FMAs per cycle, where non-divisible splits waste their padded share. Registers must hold the
     accumulators, the weight vectors and one broadcast. Measured on Zen 4: ``oc`` must divide the
     output chunks (a predicated ``oc`` split is 1.6x slower), a predicated ``oh`` split costs extra
-    (x0.85), and a weight slab ``oc*IC*KH*KW*ob*4`` bytes beyond the L2 budget costs x0.9.
+    (x0.85), and a weight slab ``oc*IC*KH*KW*ob*4`` bytes beyond the L2 budget costs x0.9. The
+    ``oc*oh*ow*ob`` accumulators must fit TVM's stack limit (:func:`fits_stack`): a bigger tile comes
+    from the workspace pool per tile (1x1 convs on Zen 4: 2x1x14 with it 20-25% slower than 2x1x7).
     """
     regs = _vector_registers(target)
     vpb = _ceil_div(spec.out_block, target.lanes)
@@ -84,7 +87,8 @@ def pick_conv_tile(spec: Conv2dSpec, target: TargetSpec) -> ConvTile:
                 continue
             for ow in range(1, min(ow_, 32) + 1):
                 acc = oc * oh * ow * vpb
-                if acc + oc * vpb + 1 > regs:
+                pixels = oc * oh * ow
+                if acc + oc * vpb + 1 > regs or (pixels > 1 and not fits_stack(pixels * spec.out_block)):
                     continue
                 useful = (oh_ * ow_) / (_ceil_div(oh_, oh) * oh * _ceil_div(ow_, ow) * ow)
                 loads = oc * vpb + oh * ow
@@ -177,7 +181,8 @@ def _schedule(func: Any, spec: Conv2dSpec, tile: ConvTile) -> Any:
     xo, xi = sch.split(x, [None, tile.ow])
     sch.reorder(n, oo, yo, xo, ric, rkh, rkw, rib, yi, xi, oi, bo)
     sch.parallel(sch.fuse(n, oo, yo))
-    sch.set_scope(conv, 0, "local")
+    # global, not "local": TVM serves every local buffer from the workspace pool (a call per tile);
+    # a global one under 1 KiB is a stack array that LLVM keeps in registers
     sch.reverse_compute_at(epi, xo)
     sch.vectorize(bo)
     for loop in (oi, xi, yi):

@@ -8,7 +8,7 @@ Shapes: ``x [M, K]``, ``W [N, K]`` packed as ``Wp [ceil(N/B), K, B]`` with
 with ONNX activation math (see :mod:`backends.tvm.kernels.epilogue`).
 
 Schedule: a register tile of ``tm`` rows x ``tn`` weight chunks x ``B`` lanes (the B axis
-vectorized, the tile loops unrolled, accumulators in a local buffer), K split into
+vectorized, the tile loops unrolled, accumulators in a small stack buffer), K split into
 cache-sized steps, the (chunk tile, row tile) loop parallel when the work is large, and
 the bias+activation epilogue computed inside that loop.
 """
@@ -23,6 +23,7 @@ import numpy as np
 
 from backends.tvm.kernels.epilogue import ACTIVATIONS, activation_expr
 from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.schedule_nest import fits_stack
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -138,7 +139,8 @@ def pick_dense_tile(spec: DenseSpec, target: TargetSpec) -> tuple[int, int]:
     tm = _largest_divisor(spec.m, (4, 3, 2, 1))
     tn = 1
     for cand in (4, 3, 2):
-        if spec.chunks % cand == 0 and tm * cand * vregs <= _MAX_ACCUMULATORS:
+        fits = fits_stack(tm * cand * spec.block)  # else a workspace buffer per tile
+        if spec.chunks % cand == 0 and tm * cand * vregs <= _MAX_ACCUMULATORS and fits:
             tn = cand
             break
     return tm, tn
@@ -161,7 +163,8 @@ def _schedule(func: Any, spec: DenseSpec, target: TargetSpec) -> Any:
             k_loops = list(sch.split(k, [None, step]))
     sch.reorder(c_o, m_o, *k_loops, m_i, c_i, j)
     outer = sch.fuse(c_o, m_o)
-    sch.set_scope(acc, 0, "local")
+    # global, not "local": TVM serves every local buffer from the workspace pool (a call per tile);
+    # a global one under 1 KiB is a stack array that LLVM keeps in registers
     sch.reverse_compute_at(epi, outer)
     flops = 2 * spec.m * spec.n * spec.k
     tiles = (spec.chunks // tn) * (spec.m // tm)

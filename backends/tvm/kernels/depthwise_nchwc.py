@@ -5,8 +5,8 @@
 with ``xp`` the zero-padded input (a separate parallel stage, absent when pads are 0).
 
 Schedule: split ``ow -> (wo, wi)``, order ``[n*c*oh] (parallel), wo, kh, kw, wi, b``; the
-``wi * ceil(b/lanes)`` accumulators stay in registers (``local``, unrolled), ``b`` is vectorized,
-the small window loops are unrolled, and the epilogue is computed at ``wo``.
+``wi * ceil(b/lanes)`` accumulators stay in registers (a global-scope stack buffer, unrolled), ``b``
+is vectorized, the small window loops are unrolled, and the epilogue is computed at ``wo``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from backends.tvm.kernels.conv2d_nchwc import pad_stage, schedule_pad
 from backends.tvm.kernels.conv_spec import Conv2dSpec
 from backends.tvm.kernels.epilogue import epilogue_stage
 from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.schedule_nest import fits_stack
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -34,7 +35,8 @@ def pick_depthwise_tile(spec: Conv2dSpec, target: TargetSpec) -> int:
     """Output columns per register tile: most accumulators within the register file, least waste.
 
     Scores ``min(acc, 8) * useful`` where ``acc = wi * ceil(b/lanes)`` (8 independent FMA chains
-    hide latency on two pipes) and ``useful`` is the non-padded share of a non-divisible split.
+    hide latency on two pipes) and ``useful`` is the non-padded share of a non-divisible split; the
+    ``wi * b`` accumulators stay under TVM's stack limit (:func:`fits_stack`).
     """
     regs = 32 if target.lanes >= 16 or target.is_arm else 16
     vpb = _ceil_div(spec.out_block, target.lanes)
@@ -42,7 +44,7 @@ def pick_depthwise_tile(spec: Conv2dSpec, target: TargetSpec) -> int:
     best = (-1.0, 1)
     for wi in range(1, min(ow, 16) + 1):
         acc = wi * vpb
-        if 2 * acc + 2 > regs:
+        if 2 * acc + 2 > regs or (wi > 1 and not fits_stack(wi * spec.out_block)):
             continue
         useful = ow / (_ceil_div(ow, wi) * wi)
         score = min(acc, 8) * useful + 0.001 * acc
@@ -88,7 +90,8 @@ def _schedule(func: Any, spec: Conv2dSpec, wi: int) -> Any:
     xo, xi = sch.split(x, [None, wi])
     sch.reorder(n, c, y, xo, rkh, rkw, xi, b)
     sch.parallel(sch.fuse(n, c, y))
-    sch.set_scope(conv, 0, "local")
+    # global, not "local": TVM serves every local buffer from the workspace pool (a call per tile);
+    # a global one under 1 KiB is a stack array that LLVM keeps in registers
     sch.reverse_compute_at(epi, xo)
     sch.vectorize(b)
     sch.unroll(xi)

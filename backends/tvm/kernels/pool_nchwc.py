@@ -12,7 +12,7 @@ the last window must start inside the input or the leading pad.
 
 Schedule: ``fuse(n, c, oh)`` parallel, a register tile of ``tw`` output columns (unrolled)
 with the window loops outside it and the ``b`` axis vectorized innermost; accumulators live
-in a local buffer, and the final division (or copy) runs inside the column-tile loop.
+in a small stack buffer, and the final division (or copy) runs inside the column-tile loop.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.schedule_nest import fits_stack
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -166,7 +167,8 @@ def pick_pool_tile(spec: PoolSpec, target: TargetSpec) -> int:
     """Output columns per register tile: the largest divisor of OW in 8..1 within ~8 vector accumulators."""
     vregs = max(1, -(-spec.block // target.lanes))
     for tw in range(min(8, spec.out_w), 0, -1):
-        if spec.out_w % tw == 0 and tw * vregs <= _MAX_ACCUMULATORS:
+        stack = tw == 1 or fits_stack(tw * spec.block)  # else a workspace buffer per tile
+        if spec.out_w % tw == 0 and tw * vregs <= _MAX_ACCUMULATORS and stack:
             return tw
     return 1
 
@@ -182,7 +184,8 @@ def _schedule(func: Any, spec: PoolSpec, target: TargetSpec) -> Any:
     x_o, x_i = sch.split(x, [None, tw])
     sch.reorder(n, c, y, x_o, rh, rw, x_i, j)
     outer = sch.fuse(n, c, y)
-    sch.set_scope(acc, 0, "local")
+    # global, not "local": TVM serves every local buffer from the workspace pool (a call per tile);
+    # a global one under 1 KiB is a stack array that LLVM keeps in registers
     sch.reverse_compute_at(epi, x_o)
     work = spec.batch * spec.chunks * spec.out_h * spec.out_w * spec.block
     if target.num_cores > 1 and spec.batch * spec.chunks * spec.out_h > 1 and work >= 4096:

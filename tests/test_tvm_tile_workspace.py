@@ -1,0 +1,113 @@
+"""Register-tile accumulators of the fp32 CPU kernels are stack arrays, not workspace-pool buffers.
+
+TVM serves every ``local``-scope buffer (and a global one of 1 KiB or more) from the workspace pool:
+a ``TVMBackendAllocWorkspace``/``FreeWorkspace`` call pair around every tile. A global tile buffer
+under 1 KiB is an ``alloca`` that LLVM keeps in registers, and the tile pickers keep their tiles
+under that limit. Kernels without a padding stage must compile with no workspace call at all; the
+numerics are checked against numpy.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import tvm
+
+from backends.tvm.kernels.conv2d_nchwc import ConvTile, conv2d_nchwc_kernel, pick_conv_tile
+from backends.tvm.kernels.conv_spec import Conv2dSpec, conv2d_kernel, pack_bias, pack_data, pack_weight
+from backends.tvm.kernels.dense import DenseSpec, dense_kernel, pack_dense_bias, pack_dense_weight
+from backends.tvm.kernels.kernel import Kernel
+from backends.tvm.kernels.pool_nchwc import PoolSpec, pool_kernel
+from backends.tvm.schedule_matmul import MatmulTile, pick_matmul_tile
+from backends.tvm.schedule_nest import fits_stack
+from backends.tvm.target import resolve_target
+
+CPU = resolve_target("cpu")
+_WORKSPACE = re.compile(r"load ptr, ptr @__TVMBackendAllocWorkspace")
+
+
+def _build(kern: Kernel) -> tuple[Any, int]:
+    """The compiled module and the number of workspace allocation sites in its LLVM IR."""
+    lib = tvm.compile(kern.func, CPU.tvm_target())
+    return lib, len(_WORKSPACE.findall(str(lib.mod.inspect_source("ll"))))
+
+
+def _call(lib: Any, kern: Kernel, *args: np.ndarray) -> np.ndarray:
+    out = tvm.runtime.tensor(np.zeros(kern.out_shape, np.float32))
+    lib[kern.name](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in args], out)
+    return out.numpy()
+
+
+def test_dense_tile_has_no_workspace_call() -> None:
+    spec = DenseSpec(32, 64, 64, "relu")
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (spec.m, spec.k)).astype(np.float32)
+    w = rng.uniform(-0.2, 0.2, (spec.n, spec.k)).astype(np.float32)
+    b = rng.uniform(-1, 1, spec.n).astype(np.float32)
+    kern = dense_kernel(spec, CPU)
+    assert '"local"' not in kern.func.script()
+    lib, sites = _build(kern)
+    assert sites == 0
+    got = _call(lib, kern, x, pack_dense_weight(w, spec), pack_dense_bias(b, spec))
+    ref = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + b, 0)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_tile_has_no_workspace_call() -> None:
+    spec = Conv2dSpec(1, 32, 12, 14, 32, (3, 3), groups=32, in_block=16, out_block=16)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (1, 32, 12, 14)).astype(np.float32)
+    w = rng.uniform(-1, 1, (32, 1, 3, 3)).astype(np.float32)
+    b = rng.uniform(-1, 1, 32).astype(np.float32)
+    kern = conv2d_kernel(spec, CPU)
+    lib, sites = _build(kern)
+    assert sites == 0  # no pads: no padding stage, and the accumulator tile is on the stack
+    got = _call(lib, kern, pack_data(x, spec.in_block), pack_weight(w, spec), pack_bias(b, spec))
+    ref = np.zeros((1, 32, spec.out_h, spec.out_w))
+    for kh in range(3):
+        for kw in range(3):
+            ref += x[:, :, kh : kh + spec.out_h, kw : kw + spec.out_w] * w[None, :, 0, kh, kw, None, None]
+    ref += b[None, :, None, None]
+    np.testing.assert_allclose(got, pack_data(ref.astype(np.float32), spec.out_block), rtol=1e-5, atol=1e-5)
+
+
+def test_pool_tile_has_no_workspace_call() -> None:
+    spec = PoolSpec("avg", 1, 2, 9, 9, 16, (3, 3), (2, 2), (1, 1, 1, 1))
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 2, 9, 9, 16)).astype(np.float32)
+    kern = pool_kernel(spec, CPU)
+    lib, sites = _build(kern)
+    assert sites == 0
+    got = _call(lib, kern, x)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)))
+    ones = np.pad(np.ones((9, 9)), 1)
+    ref = np.zeros(kern.out_shape)
+    for i in range(spec.out_h):
+        for j in range(spec.out_w):
+            win = (slice(2 * i, 2 * i + 3), slice(2 * j, 2 * j + 3))
+            ref[:, :, i, j] = xp[:, :, win[0], win[1]].sum((2, 3)) / ones[win].sum()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_tile_of_one_kib_still_uses_the_pool() -> None:
+    """Must-not-fire: a 1792-byte tile (2 chunks x 14 columns x 16 lanes) is beyond TVM's stack limit
+    and stays one workspace allocation site; 2 x 7 columns (896 bytes) is on the stack."""
+    spec = Conv2dSpec(1, 32, 14, 14, 32, (1, 1), in_block=16, out_block=16)
+    assert _build(conv2d_nchwc_kernel(spec, CPU, ConvTile(2, 1, 14)))[1] == 1
+    assert _build(conv2d_nchwc_kernel(spec, CPU, ConvTile(2, 1, 7)))[1] == 0
+    assert _build(conv2d_kernel(spec, CPU))[1] == 0  # the picked tile stays under the limit
+
+
+def test_tile_pickers_respect_the_stack_limit() -> None:
+    for target in (CPU, resolve_target("x86-avx2"), resolve_target("x86-avx512")):
+        for spec in (
+            Conv2dSpec(1, 16, 112, 112, 96, (1, 1), in_block=16, out_block=16),
+            Conv2dSpec(1, 64, 56, 56, 64, (3, 3), pads=(1, 1, 1, 1), in_block=16, out_block=16),
+        ):
+            t = pick_conv_tile(spec, target)
+            assert fits_stack(t.oc * t.oh * t.ow * spec.out_block)
+    for rows in (1, 8, 64, 196, 197):
+        mt = pick_matmul_tile(rows, 12, 32, 16)
+        assert fits_stack(mt.ti * mt.tv * 16)
+    assert pick_matmul_tile(197, 12, 32) == MatmulTile(9, 3)  # without a vector width: unconstrained
