@@ -20,7 +20,9 @@ are built once per session; a table of both SQNRs is printed at the end of the m
 
 Task-level checks: the digits example loses at most 0.5 points of test accuracy, ppocr cls gives
 the same class on its real input, and UltraFace finds the same faces after NMS (score > 0.7,
-IoU 0.3; each fp32 face matched by an int8 face with IoU >= 0.9).
+IoU 0.3; each fp32 face matched by an int8 face with IoU >= 0.9). Entropy's manifest records, per
+shared model, KL clips that change a grid and a measured reason for every tensor it puts back to
+full range (entropy differs from minmax in effect, not only on paper).
 """
 
 from __future__ import annotations
@@ -109,13 +111,12 @@ def table(request: pytest.FixtureRequest) -> Iterator[list[SqnrRow]]:
         print("\n".join(lines))
 
 
-# Known shortfall (issue 16): the real KL search clips yunet's backbone tensors, which the cls/bbox
-# heads want and the obj heads do not (their signal is ~10 face values of 12,800 in the sparse
-# tail). Measured on the 8 hold-out images: obj_8 -5.25 dB, obj_16 -2.19, bbox_8 -0.44, bbox_32
-# -0.43, cls_32 -0.41 against onnxruntime's Entropy, which equals its minmax on every model here.
-# No per-tensor range rule that differs from minmax passes (leave-one-out over all 54 tensors,
-# clipping budgets 0.01-1.0 and random +-1% range jitter all fail the 0.2 dB margin).
-_SHORT = {("yunet_n_320", "entropy"): "entropy clips tensors yunet's obj heads need (issue 16 notes)"}
+# Known shortfalls, as strict xfails: (stem, method) -> reason. Empty now. yunet entropy was one
+# (issue 16): the raw KL search clips backbone tensors whose tails carry the sparse obj heads'
+# signal (obj_8 -5.25 dB, obj_16 -2.19 against onnxruntime). Kiln's entropy now keeps a KL clip only
+# where it lowers no output's SQNR on the calibration samples, also with any one sample left out
+# (compiler/quant/clip_check.py); the tensors put back to full range are in the manifest.
+_SHORT: dict[tuple[str, str], str] = {}
 _CASES = [
     pytest.param(stem, method, marks=pytest.mark.xfail(strict=True, reason=_SHORT[(stem, method)]))
     if (stem, method) in _SHORT
@@ -135,6 +136,22 @@ def test_sqnr_at_least_onnxruntime(bench: QuantBench, table: list[SqnrRow], stem
         f"{r.output} ({r.kiln:.2f} < {r.ort:.2f} - {MARGIN_DB})" for r in rows if r.kiln < r.ort - MARGIN_DB
     ]
     assert not worse, f"{stem} {method}: Kiln's hold-out SQNR is below onnxruntime's for {worse}"
+
+
+@pytest.mark.parametrize("stem", MODEL_STEMS)
+def test_entropy_keeps_clips_that_no_output_pays_for(bench: QuantBench, stem: str) -> None:
+    """The manifest's entropy check: clips kept (that change a grid) and each full-range tensor's reason."""
+    doc = json.loads((bench.kiln_dir(stem, "entropy") / "manifest.json").read_text())
+    check = doc["quantization"]["calibration"]["entropy_check"]
+    print(f"{stem}: {check['clipped_kept']} clips kept ({check['clipped_without_effect']} without effect),")
+    print(f"  {check['full_range']} back to full range")
+    assert check["evaluation_samples"] >= 4
+    assert check["clipped_kept"] > check["clipped_without_effect"], check  # differs from minmax in effect
+    assert len(check["kept"]) == check["clipped_kept"]
+    assert len(check["full_range_why"]) == check["full_range"] > 0
+    outputs = {o.name for o in onnx.load(str(bench.cases[stem].model), load_external_data=False).graph.output}
+    for name, why in check["full_range_why"].items():
+        assert any(f"'{o}'" in why for o in outputs), f"{name}: {why}"
 
 
 def _producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:

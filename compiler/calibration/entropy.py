@@ -38,6 +38,14 @@ among those wins (ties: the widest); the range is ``[max(lo, -t), min(hi, t)]``.
 1, ReLU6's 6, a Clip's bound) is an atom of the distribution, not a tail: the values there
 are the activation's saturated outputs (an SE gate fully open), and clipping them shifts
 every one. Such an extreme is kept; the search clips only the other side.
+
+**Output check.** A histogram cannot tell which tail values carry an output's signal (a
+detector's objectness map is a few face values among thousands). So when a compile calibrates
+with ``entropy``, each KL-clipped range is then checked against the full range ``[lo, hi]``
+(:meth:`EntropyObserver.full_range`) by the measured output error on the calibration samples,
+and kept only where it lowers no output's SQNR, on all samples and with any one left out
+(:mod:`compiler.quant.clip_check`; the manifest's ``calibration.entropy_check`` lists the
+tensors put back to full range and why). The observer itself returns the KL range.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ import numpy as np
 
 from compiler.calibration.histogram import BinCounter, finite_minmax, uniform_edges
 from compiler.calibration.methods import CalibMethod
-from compiler.calibration.observers import Observer
+from compiler.calibration.observers import Observer, quantizer_range
 
 __all__ = ["kl_divergences", "kl_threshold_index", "kl_range", "levels_for", "EntropyObserver"]
 
@@ -190,6 +198,11 @@ class EntropyObserver(Observer):
     def saturated(self) -> tuple[bool, bool]:
         """Whether ``lo`` / ``hi`` are atoms: taken by at least ``ATOM_COUNT`` values (a clamp's bound)."""
         return self._lo != 0 and self._atoms[0] >= ATOM_COUNT, self._hi != 0 and self._atoms[1] >= ATOM_COUNT
+
+    def full_range(self, *, symmetric: bool) -> tuple[float, float]:
+        """The quantizer range of the extremes ``[lo, hi]`` (minmax's): what a clip is checked against."""
+        self.calibrated_range(symmetric=symmetric)  # the same checks that every pass saw the data
+        return quantizer_range(float(self._lo), float(self._hi), symmetric=symmetric, bits=self.method.bits)
 
     def _calibrated(self, symmetric: bool) -> tuple[np.float32, np.float32]:
         counts, edges = self.magnitude_histogram()

@@ -8,7 +8,9 @@ range ``[rmin, rmax]`` that the int8 quantizer represents:
 * ``entropy``: Kiln's KL-divergence search (TensorRT's): a 2048-bin histogram of ``|x|``
   and the threshold that minimises ``KL(P || Q)`` between the clipped histogram ``P``
   and its requantisation ``Q`` on the quantizer's levels (see
-  :mod:`compiler.calibration.entropy`).
+  :mod:`compiler.calibration.entropy`); a compile then keeps each clipped range only where
+  it lowers no output's SQNR on the calibration samples against the full range
+  (:mod:`compiler.quant.clip_check`).
 * ``entropy-ort``: onnxruntime's ``CalibrationMethod.Entropy`` bit for bit (128 bins,
   128 quantized bins: a single candidate, so it returns the minmax range).
 * ``mse``: the range that minimises the expected squared quantisation error

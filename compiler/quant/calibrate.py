@@ -71,12 +71,15 @@ class CalibrationResult:
             allocated when it started (0 when not measured).
         samples: Samples seen per pass.
         choices: For ``auto``: the method chosen per value.
+        full_ranges: For ``entropy``: the quantizer range of each value's extremes (minmax's),
+            against which :mod:`compiler.quant.clip_check` validates the KL-clipped ``ranges``.
     """
 
     ranges: dict[str, tuple[float, float]]
     peak_bytes: int = 0
     samples: int = 0
     choices: dict[str, str] = field(default_factory=dict)
+    full_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def choice_counts(self) -> dict[str, int]:
         """How many values each method won (``auto``), in name order."""
@@ -195,14 +198,14 @@ def calibrate_stream(
         tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0] if measure_memory else 0
     try:
-        ranges, choices = _passes(run, observers, samples, method, symmetric, progress, cache_bytes)
+        ranges, choices, full = _passes(run, observers, samples, method, symmetric, progress, cache_bytes)
         peak = max(tracemalloc.get_traced_memory()[1] - base, 0) if measure_memory else 0
     finally:
         if started:
             tracemalloc.stop()
     if choices:
         log.info("calibration auto: %s", dict(sorted(Counter(choices.values()).items())))
-    return CalibrationResult(ranges, peak, count, choices)
+    return CalibrationResult(ranges, peak, count, choices, full)
 
 
 def _passes(
@@ -213,7 +216,8 @@ def _passes(
     symmetric: bool,
     progress: bool,
     cache_bytes: int,
-) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+) -> tuple[dict[str, tuple[float, float]], dict[str, str], dict[str, tuple[float, float]]]:
+    """Feed every pass; the ranges, auto's choices and (entropy) the full ranges of the extremes."""
     passes, count = method.passes, len(samples)
     cache: list[dict[str, np.ndarray] | None] = []  # pass 1's arrays per sample, while they fit
     used = 0
@@ -252,7 +256,16 @@ def _passes(
         choices = {
             n: o.choice(symmetric=symmetric) for n, o in observers.items() if isinstance(o, AutoObserver)
         }
-    return ranges, choices
+    full: dict[str, tuple[float, float]] = {}
+    if method.name == "entropy":
+        from compiler.calibration.entropy import EntropyObserver
+
+        full = {
+            n: o.full_range(symmetric=symmetric)
+            for n, o in observers.items()
+            if isinstance(o, EntropyObserver)
+        }
+    return ranges, choices, full
 
 
 def _observe(observers: Mapping[str, Observer], outs: Mapping[str, np.ndarray]) -> None:

@@ -8,7 +8,7 @@ graph inputs (cached from one float run): same numbers, less work per layer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ops.registry import get_op
@@ -35,7 +35,7 @@ def downstream(graph: Graph, roots: Iterable[int]) -> set[int]:
 
 
 def extract(
-    graph: Graph, order: Sequence[Node], cone: set[int], keep: int
+    graph: Graph, order: Sequence[Node], cone: set[int], keep: int | Collection[int]
 ) -> tuple[Graph, dict[int, int], list[str], int]:
     """A new graph of the ``cone`` nodes (``order``: ``graph.nodes()``) with the float outputs they produce.
 
@@ -43,8 +43,8 @@ def extract(
     so value names, and with them the activation parameters, carry over. An entering value
     that ``graph`` also reads outside the cone (or outputs) is appended to the outputs, so
     that QDQ insertion sees it as shared there too (it shares grids only with sole readers).
-    Kiln-domain nodes other than ``keep`` are expanded into standard ops as they are copied
-    (what the exporter would do later, at a cost that grows with the graph).
+    Kiln-domain nodes other than ``keep`` (one id, or several) are expanded into standard ops as
+    they are copied (what the exporter would do later, at a cost that grows with the graph).
 
     Returns:
         The graph; old -> new node ids; the names of the inputs that are not inputs of
@@ -54,6 +54,7 @@ def extract(
     vals: dict[tuple[int, int], Value] = {}
     ids: dict[int, int] = {}
     graph_inputs = {v.node for v in graph.inputs}
+    unexpanded = {keep} if isinstance(keep, int) else set(keep)
     fed: list[str] = []
     entering: list[Value] = []
     for node in order:
@@ -82,7 +83,7 @@ def extract(
         )
         ids[node.id] = new.id
         outs = sub.outputs_of(new)
-        expand = get_op(node.op, node.domain).expand if node.domain and node.id != keep else None
+        expand = get_op(node.op, node.domain).expand if node.domain and node.id not in unexpanded else None
         if expand is not None:
             outs = expand(sub, new)
             sub.remove(new)

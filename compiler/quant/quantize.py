@@ -2,6 +2,7 @@
 
 plan    = make_plan(graph, keep_float)             # registry policies decide
 ranges  = calibrate(graph, plan.observe, samples)  # or read --scales FILE
+ranges  = check_clipped_ranges(...)                # entropy: a KL clip stays where no output loses
 params  = activation_params(ranges)                # (s, z) per activation
 biases  = estimate_bias_corrections(...)           # --bias-correction: b' = b - E[ỹ - y]
 admit   = admit_by_measurement(...)                # rule-float ops whose int8 costs nothing measurable
@@ -164,6 +165,21 @@ def calibrate_int8(graph: Graph, q: QuantOptions, *, progress: bool = True) -> C
         stats = {"method": method.spec(), "peak_memory_mib": -(-result.peak_bytes // (1 << 20))}
         if result.choices:
             stats["auto_choices"] = result.choice_counts()
+        if result.full_ranges:  # entropy: each KL clip is kept only where no output pays for it
+            from compiler.quant.clip_check import check_clipped_ranges
+
+            check = check_clipped_ranges(
+                float_graph,
+                plan,
+                ranges,
+                result.full_ranges,
+                samples,
+                dtype=q.act_dtype,
+                symmetric=q.symmetric_activations,
+                per_channel=q.per_channel,
+            )
+            ranges = check.ranges
+            stats["entropy_check"] = check.as_json()
         params = activation_params(graph, ranges, q.act_dtype, symmetric=q.symmetric_activations)
     return Calibration(float_graph, plan, samples, ranges, params, stats)
 

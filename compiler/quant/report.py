@@ -55,6 +55,7 @@ def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
     lines += [
         f"- calibration: {q.calib_method}, {len(outcome.samples)} sample(s) from `{calib}`",
         f"- calibration peak memory: {outcome.calibration.get('peak_memory_mib', 0)} MiB (tracemalloc)",
+        *_entropy_summary(outcome),
         f"- evaluation: the first {sens.samples} calibration sample(s), against the float graph",
         f"- activations {q.activation_dtype}, int8 weights {weights}",
         f"- bias correction: {_bias_line(outcome) if q.bias_correction else 'off'}",
@@ -90,12 +91,14 @@ def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
         lines.append(
             f"{kind.capitalize()} {fb.target_db:g} dB on the worst output, on {where}: missed at full "
             f"int8 ({_db(fb.worst_before_db)} dB); {len(fb.float_layers)} layer(s) sent back "
-            f"to float, most sensitive first; worst output now {_db(fb.worst_db)} dB "
+            "to float (most sensitive first; with --inputs, most noise removed per int8 op first); "
+            f"worst output now {_db(fb.worst_db)} dB "
             f"({fb.evaluations} model evaluations)."
         )
         lines += ["", "Float fallbacks:", ""]
         lines += [f"{i}. `{_cell(name)}`" for i, name in enumerate(fb.float_layers, 1)]
     lines += _form_lines(outcome)
+    lines += _entropy_lines(outcome)
     lines += [
         "",
         "## Layers",
@@ -113,6 +116,29 @@ def report_text(outcome: QuantOutcome, q: QuantOptions, model_name: str) -> str:
         )
     lines += ["", f"Chart: `{CHART_FILE}` (bars: worst-output SQNR; orange: sent back to float).", ""]
     return "\n".join(lines)
+
+
+def _entropy_summary(outcome: QuantOutcome) -> list[str]:
+    check = outcome.calibration.get("entropy_check")
+    if not check:
+        return []
+    return [
+        f"- entropy clips checked on {check['evaluation_samples']} calibration sample(s): "
+        f"{check['clipped_kept']} kept ({check['clipped_without_effect']} without effect), "
+        f"{check['full_range']} back to the full range"
+    ]
+
+
+def _entropy_lines(outcome: QuantOutcome) -> list[str]:
+    """The activations whose KL-clipped range went back to the full range, and why."""
+    check = outcome.calibration.get("entropy_check")
+    if not check or not check["full_range_why"]:
+        return []
+    lines = ["", "## Entropy ranges kept at full range", ""]
+    lines += ["A KL clip stays only where no output's error on the calibration samples grows.", ""]
+    lines += ["| activation | why |", "|---|---|"]
+    lines += [f"| `{_cell(n)}` | {_cell(why)} |" for n, why in check["full_range_why"].items()]
+    return lines
 
 
 def _policy_line(outcome: QuantOutcome) -> str:
