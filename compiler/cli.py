@@ -177,7 +177,8 @@ def _add_quant_flags(p: argparse.ArgumentParser) -> None:
         type=_floor_flag,
         metavar="DB|off",
         help="int8 SQNR floor on the worst output (calibration samples and --inputs; default 25): "
-        "layers go back to float, most sensitive first, until it holds; 'off' disables it",
+        "layers go back to float (most sensitive first; with --inputs, most noise removed per int8 "
+        "op first) until it holds; 'off' disables it",
     )
     g.add_argument(
         "--strict", action="store_true", help="fail (exit 1) when int8 misses the SQNR floor, no fallback"

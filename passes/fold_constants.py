@@ -1,8 +1,17 @@
 """fold-constants: evaluate nodes whose inputs are all constants.
 
 f(c1, ..., cn) -> c where c = reference_f(c1, ..., cn), for pure deterministic
-ops only; outputs larger than ``max_elements``, or that grow more than
-``max_growth`` times the inputs' size, are left alone so files do not bloat.
+ops only. An output c is left alone, so files do not bloat, when
+
+    |c| > max_elements,  or  |c| > 4096 and |c| > max_growth * (|c1| + ... + |cn|),
+
+unless c is an operand-to-be of a linear op: some path c -> n1 -> ... -> nk -> W, where
+every ni is data-independent (pure, deterministic, every input data-independent, leaves
+constants) and W's op is quantized as WEIGHTED (Conv, Gemm, MatMul). Such a c is a weight
+computed at run time (ConViT's relative-position grid: ScatterND of expanded iotas into
+zeros, then pos_proj); folded, it is stored once, the linear op folds or reads a constant
+weight quantized per channel, instead of an activation on one per-tensor grid. The
+max_elements cap still holds on that path.
 """
 
 from __future__ import annotations
@@ -12,19 +21,52 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node
-from compiler.ops.registry import get_op
+from compiler.ops.registry import QuantPolicy, get_op
 from compiler.pass_infra import Pass, PassContext, register_pass
 from compiler.rewriter import PassResult, Rewriter
 
-__all__ = ["FoldConstants", "fold_reason"]
+__all__ = ["FoldConstants", "fold_reason", "weight_operand_cone"]
 
 
-def fold_reason(graph: Graph, node: Node, max_elements: int, max_growth: float) -> str | None:
-    """None if ``node`` can be folded, else why not."""
+def _foldable_op(node: Node) -> bool:
+    opdef = get_op(node.op, node.domain)
+    return opdef.deterministic and opdef.pure
+
+
+def weight_operand_cone(graph: Graph) -> set[int]:
+    """Ids of the data-independent nodes with a path, through data-independent nodes only,
+    to an input of a WEIGHTED op (see the module docstring)."""
+    order = graph.nodes()
+    indep: set[int] = set()
+    for node in order:
+        if node.op == CONSTANT_OP and not node.domain:
+            indep.add(node.id)
+        elif node.op != INPUT_OP and _foldable_op(node):
+            ins = [v for v in graph.inputs_of(node) if v is not None]
+            if ins and all(v.producer.id in indep for v in ins):
+                indep.add(node.id)
+    cone: set[int] = set()
+    for node in reversed(order):
+        if node.id not in indep or node.op == CONSTANT_OP:
+            continue
+        for out in graph.outputs_of(node):
+            for user, _ in graph.users(out):
+                if user.id in cone or get_op(user.op, user.domain).quant is QuantPolicy.WEIGHTED:
+                    cone.add(node.id)
+                    break
+            if node.id in cone:
+                break
+    return cone
+
+
+def fold_reason(
+    graph: Graph, node: Node, max_elements: int, max_growth: float, *, weight_operand: bool = False
+) -> str | None:
+    """None if ``node`` can be folded, else why not; ``weight_operand``: ``node`` is in
+    :func:`weight_operand_cone`, which lifts the growth cap."""
     if node.op in (INPUT_OP, CONSTANT_OP) and not node.domain:
         return "already a leaf"
-    opdef = get_op(node.op, node.domain)
-    if not opdef.deterministic or not opdef.pure:
+    if not _foldable_op(node):
         return f"{node.qualified_op} is not deterministic and pure"
     ins = graph.inputs_of(node)
     present = [v for v in ins if v is not None]
@@ -38,7 +80,7 @@ def fold_reason(graph: Graph, node: Node, max_elements: int, max_growth: float) 
     in_elems = sum(int(np.asarray(v.const).size) for v in present)
     if out_elems > max_elements:
         return f"output has {out_elems} elements > cap {max_elements}"
-    if out_elems > 4096 and out_elems > max_growth * in_elems:
+    if not weight_operand and out_elems > 4096 and out_elems > max_growth * in_elems:
         return f"output ({out_elems}) would be {out_elems / max(in_elems, 1):.0f}x its inputs"
     return None
 
@@ -53,11 +95,15 @@ class FoldConstants(Pass):
     max_growth: float = 4.0
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        cone = weight_operand_cone(graph)
         with Rewriter(graph) as rw:
             for node in graph.nodes():
                 if not graph.has_node(node.id):
                     continue
-                if fold_reason(graph, node, self.max_elements, self.max_growth) is not None:
+                why = fold_reason(
+                    graph, node, self.max_elements, self.max_growth, weight_operand=node.id in cone
+                )
+                if why is not None:
                     continue
                 args = [None if v is None else v.const for v in graph.inputs_of(node)]
                 outs = get_op(node.op, node.domain).reference(args, node.attrs, node.num_outputs)

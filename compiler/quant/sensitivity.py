@@ -24,6 +24,11 @@ Evaluation samples are the first calibration samples, in order: as many as hold
 ``EVAL_BUDGET`` input values (between 1 and ``MAX_EVAL_SAMPLES``; 4 for a 1x3x512x512
 model, 16 for a 1x3x48x192 one), so that small models, whose outputs are few numbers
 per sample (a 2-class softmax), are judged on enough of them. A caller may pass a count.
+
+Each layer also records its int8 work c_L (:func:`layer_cost`), the compute that sending it back
+to float gives up: c_L = |y| · |W| / C_out multiply-accumulates for a WEIGHTED op with weight W,
+C_out the size of W's per-channel axis (|W| / C_out = K for MatMul and Gemm, C_in/g · kh · kw for
+Conv), and c_L = |y| for any other op (one int8 operation per output element).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compiler.ir.graph import Graph, Node, Value
+from compiler.ops.registry import QuantPolicy, get_op
 from compiler.quant.calibrate import graph_runner
 from compiler.quant.cone import downstream, extract, float_outputs
 from compiler.quant.params import QParams
@@ -55,6 +61,7 @@ __all__ = [
     "SQNR_CAP",
     "evaluation_samples",
     "scores_of",
+    "layer_cost",
 ]
 
 log = logging.getLogger(__name__)
@@ -132,6 +139,7 @@ class LayerSensitivity:
     op: str
     overall: Score
     outputs: dict[str, Score]
+    cost: int = 1
 
     @property
     def worst_sqnr(self) -> float:
@@ -145,7 +153,25 @@ class LayerSensitivity:
             **self.overall.as_json(),
             "worst_output_sqnr_db": round(self.worst_sqnr, _DB_DIGITS),
             "outputs": {k: s.as_json() for k, s in self.outputs.items()},
+            "int8_ops": self.cost,
         }
+
+
+def layer_cost(graph: Graph, node: Node) -> int:
+    """c_L of the module docstring (1 per output element when a shape is not static)."""
+    y = node.output_types[0]
+    out = y.numel if y.is_static else 1
+    opdef = get_op(node.op, node.domain)
+    spec = opdef.qspec
+    if opdef.quant is not QuantPolicy.WEIGHTED or spec is None or spec.weight is None:
+        return max(1, out)
+    ins = graph.inputs_of(node)
+    w = ins[spec.weight] if spec.weight < len(ins) else None
+    if w is None or not w.type.is_static or not w.type.static_shape:
+        return max(1, out)
+    shape = w.type.static_shape
+    c_out = shape[spec.weight_axis(node.attrs, len(shape))]
+    return max(1, out * (w.type.numel // max(1, c_out)))
 
 
 @dataclass
@@ -318,7 +344,8 @@ def compute_sensitivity(
             name = node_label(node)
             name = name if name not in taken else f"{name}#{nid}"  # source names need not be unique
             taken.add(name)
-            report.layers.append(LayerSensitivity(nid, name, node.qualified_op, overall, per_output))
+            cost = layer_cost(float_graph, node)
+            report.layers.append(LayerSensitivity(nid, name, node.qualified_op, overall, per_output, cost))
             bar.step()
     ref.cache = [{} for _ in ref.cache]
     report.reference = ref
