@@ -19,6 +19,7 @@ from compiler.cli import main
 from tests.helpers.decompose_check import decompose_matches_ort, fake_table, refusals
 from tests.helpers.ort_parity import node_case, one_node_model
 from tests.helpers.pass_check import op_counts
+from tests.test_ops_transformer_onnx import NODE_CASES
 
 MAX_REL = 2e-6
 OPS = (
@@ -27,36 +28,11 @@ OPS = (
 )  # fmt: skip
 TABLE = fake_table(OPS)
 
-ROTARY_CASES = [
-    "test_rotary_embedding",
-    "test_rotary_embedding_3d_input",
-    "test_rotary_embedding_interleaved",
-    "test_rotary_embedding_with_rotary_dim",
-    "test_rotary_embedding_with_interleaved_rotary_dim",
-    "test_rotary_embedding_no_position_ids",
-    "test_rotary_embedding_no_position_ids_interleaved",
-    "test_rotary_embedding_no_position_ids_rotary_dim",
-]
-ATTENTION_CASES = [
-    "test_attention_3d",
-    "test_attention_3d_gqa_causal",
-    "test_attention_3d_diff_heads_with_past_and_present",
-    "test_attention_3d_with_past_and_present_qk_matmul_softcap",
-    "test_attention_4d",
-    "test_attention_4d_attn_mask_bool_4d",
-    "test_attention_4d_attn_mask_3d_causal",
-    "test_attention_4d_gqa_with_past_and_present",
-    "test_attention_4d_diff_heads_sizes_scaled",
-    "test_attention_4d_softcap",
-    "test_attention_4d_with_qk_matmul",
-    "test_attention_4d_with_qk_matmul_bias",
-    "test_attention_4d_with_qk_matmul_softcap",
-    "test_attention_4d_with_qk_matmul_softmax",
-    "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal",
-]
+# the opset-23 node cases of the op tests (every rotary and attention case there)
+CASES = [n for n in NODE_CASES if "rotary" in n or "attention" in n]
 
 
-@pytest.mark.parametrize("name", ROTARY_CASES + ATTENTION_CASES)
+@pytest.mark.parametrize("name", CASES)
 def test_matches_onnxruntime(name: str) -> None:
     model, feeds = node_case(name)
     g = decompose_matches_ort(model, feeds, max_rel=MAX_REL, table=TABLE)

@@ -24,38 +24,13 @@ import numpy as np
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
 from backends.mnn.lower.linear import reshape_table
+from backends.mnn.lower.recurrent import recurrent_check
 from backends.mnn.lower.registry import Lowering
 from backends.mnn.lower.slicing import emit_strided_slice
 from backends.mnn.model import Table
 from compiler.ir.graph import Graph, Node, Value
 
 __all__ = ["LOWERINGS"]
-
-
-def _check(graph: Graph, node: Node) -> str | None:
-    a = node.attrs
-    ins = graph.inputs_of(node)
-    x = ins[0]
-    assert x is not None
-    if not x.type.dtype.is_float:
-        return "float tensors only"
-    if a.layout != 0:
-        return "layout 1 (MNN's kernel reads [seq, batch, input])"
-    if a.direction not in ("forward", "bidirectional"):
-        return f"direction {a.direction} (MNN runs a single direction forward)"
-    acts = tuple(s.lower() for s in a.activations)
-    if acts not in (("sigmoid", "tanh"), ("sigmoid", "tanh") * 2) or a.activation_alpha or a.activation_beta:
-        return f"activations {list(a.activations)} (MNN's kernel has the defaults only)"
-    if a.clip is not None:
-        return "clip"
-    if any(v is None or v.const is None for v in ins[1:3]) or (
-        len(ins) > 3 and ins[3] is not None and ins[3].const is None
-    ):
-        return "W, R and B must be constant"
-    lens = ins[4] if len(ins) > 4 else None
-    if lens is not None and (lens.const is None or not np.all(lens.const == x.type.static_shape[0])):
-        return "sequence_lens other than the full length (MNN ignores them)"
-    return None
 
 
 def _blocks(w: np.ndarray, r: np.ndarray, b: np.ndarray, hid: int) -> list[np.ndarray]:
@@ -122,4 +97,4 @@ def _lower(ctx: LowerContext, node: Node) -> None:
         )
 
 
-LOWERINGS: dict[str, Lowering] = {"GRU": Lowering(_lower, _check)}
+LOWERINGS: dict[str, Lowering] = {"GRU": Lowering(_lower, recurrent_check)}

@@ -42,13 +42,14 @@ from backends.mnn.weights import WeightStorage, quantize_weights
 from compiler.ir.graph import Graph, Node, Value
 from schemas.mnn.schema import fb
 
-__all__ = ["LOWERINGS"]
+__all__ = ["LOWERINGS", "recurrent_check"]
 
 _GATES = {"LSTM": 4, "RNN": 1}
-_DEFAULT_ACTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "RNN": ("tanh",)}
+_DEFAULT_ACTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "RNN": ("tanh",), "GRU": ("sigmoid", "tanh")}
 
 
-def _check(graph: Graph, node: Node) -> str | None:
+def recurrent_check(graph: Graph, node: Node) -> str | None:
+    """Why MNN's LSTM / RNN / GRU sequence kernels cannot run ``node`` (None if they can)."""
     a = node.attrs
     ins = graph.inputs_of(node)
     x = ins[0]
@@ -168,4 +169,4 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     ctx.emit(node.op, name, tensors, outs, param)
 
 
-LOWERINGS: dict[str, Lowering] = {op: Lowering(_lower, _check, _views) for op in _GATES}
+LOWERINGS: dict[str, Lowering] = {op: Lowering(_lower, recurrent_check, _views) for op in _GATES}
