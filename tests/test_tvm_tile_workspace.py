@@ -1,4 +1,4 @@
-"""Register-tile accumulators of the fp32 CPU kernels are stack arrays, not workspace-pool buffers.
+"""Register-tile accumulators of the CPU kernels (fp32, int8 conv, weight-only matmul) are stack arrays.
 
 TVM serves every ``local``-scope buffer (and a global one of 1 KiB or more) from the workspace pool:
 a ``TVMBackendAllocWorkspace``/``FreeWorkspace`` call pair around every tile. A global tile buffer
@@ -13,16 +13,22 @@ import re
 from typing import Any
 
 import numpy as np
+import pytest
 import tvm
+from tvm import te
 
+from backends.tvm.kernels.conv2d_int8 import _tile, dot_kind, qconv2d_kernel
 from backends.tvm.kernels.conv2d_nchwc import ConvTile, conv2d_nchwc_kernel, pick_conv_tile
 from backends.tvm.kernels.conv_spec import Conv2dSpec, conv2d_kernel, pack_bias, pack_data, pack_weight
 from backends.tvm.kernels.dense import DenseSpec, dense_kernel, pack_dense_bias, pack_dense_weight
 from backends.tvm.kernels.kernel import Kernel
 from backends.tvm.kernels.pool_nchwc import PoolSpec, pool_kernel
+from backends.tvm.kernels.qconv_spec import QConv2dSpec
+from backends.tvm.lowering.weight_only import schedule_weight_only, weight_only_matmul_te
 from backends.tvm.schedule_matmul import MatmulTile, pick_matmul_tile
 from backends.tvm.schedule_nest import fits_stack
 from backends.tvm.target import resolve_target
+from tests.helpers.int8_conv_reference import case_inputs, reference, run_packed
 
 CPU = resolve_target("cpu")
 _WORKSPACE = re.compile(r"load ptr, ptr @__TVMBackendAllocWorkspace")
@@ -111,3 +117,58 @@ def test_tile_pickers_respect_the_stack_limit() -> None:
         mt = pick_matmul_tile(rows, 12, 32, 16)
         assert fits_stack(mt.ti * mt.tv * 16)
     assert pick_matmul_tile(197, 12, 32) == MatmulTile(9, 3)  # without a vector width: unconstrained
+
+
+@pytest.mark.parametrize("target", ["cpu", "x86-avx2"])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_int8_conv_tile_has_no_workspace_call(target: str, depthwise: bool) -> None:
+    """VNNI (2 chunks x 7 columns x 16 int32 = 896 bytes, where 8 columns would be exactly 1 KiB),
+    AVX2 (two int32 partial sums per channel) and the depthwise tile: no pads, so no padding stage and
+    no workspace call; bit-exact against the int64 reference."""
+    tgt = resolve_target(target)
+    groups = 32 if depthwise else 1
+    spec = QConv2dSpec(1, 32, 6, 56, 32, (1, 1) if not depthwise else (3, 3), groups=groups, y_scale=0.05)
+    kind = dot_kind(spec, tgt)
+    assert kind == ("depthwise" if depthwise else {"cpu": "vnni", "x86-avx2": "avx2"}[target])
+    if not depthwise:
+        ow, oc = _tile(spec, kind)
+        assert fits_stack(ow * oc * spec.out_block * (2 if kind == "avx2" else 1))
+    kern = qconv2d_kernel(spec, tgt)
+    assert '"local"' not in kern.func.script()
+    lib = tvm.compile(tvm.IRModule({kern.name: kern.func}), tgt.tvm_target())
+    assert len(_WORKSPACE.findall(str(lib.mod.inspect_source("ll")))) == 0
+    x, w, b, xs, ws, r = case_inputs(spec, seed=3)
+    got = run_packed(lib[kern.name], tvm.cpu(), spec, x, w, b, xs, ws, r)
+    np.testing.assert_array_equal(got, reference(x, w, b, xs, ws, spec, r))
+
+
+def test_int8_conv_tile_caps_below_one_kib() -> None:
+    """Must-not-fire: a wide 1x1 conv whose register budget allows 8 VNNI columns x 2 chunks (exactly
+    1 KiB) is capped at 7; a single-chunk conv keeps its full-width tile under the limit."""
+    wide = QConv2dSpec(1, 32, 1, 56, 32, (1, 1))
+    assert _tile(wide, "vnni") == (7, 2)
+    one = QConv2dSpec(1, 32, 1, 56, 16, (1, 1))
+    ow, oc = _tile(one, "vnni")
+    assert oc == 1 and fits_stack(ow * 16) and ow > 7
+
+
+@pytest.mark.parametrize("rows", [1, 197])
+def test_weight_only_tile_has_no_workspace_call(rows: int) -> None:
+    k, n, bs = 64, 96, 32
+    rng = np.random.default_rng(rows)
+    a = rng.uniform(-1, 1, (rows, k)).astype(np.float32)
+    q = rng.integers(-8, 8, (k, n)).astype(np.int8)
+    s = rng.uniform(0.01, 0.1, (k // bs, n)).astype(np.float32)
+    z = rng.integers(-8, 8, (k // bs, n)).astype(np.int8)
+    bias = rng.uniform(-1, 1, n).astype(np.float32)
+    arrays: list[np.ndarray] = [a, q, s, z, bias]
+    x_t, q_t, s_t, z_t, b_t = (te.placeholder(v.shape, str(v.dtype), f"t{i}") for i, v in enumerate(arrays))
+    y = weight_only_matmul_te(x_t, q_t, s_t, z_t, b_t, bs)
+    func = schedule_weight_only(te.create_prim_func([x_t, q_t, s_t, z_t, b_t, y]), rows, n, CPU)
+    assert func is not None and '"local"' not in func.script()
+    lib = tvm.compile(tvm.IRModule({"wo": func.with_attr("global_symbol", "wo")}), CPU.tvm_target())
+    assert len(_WORKSPACE.findall(str(lib.mod.inspect_source("ll")))) == 0
+    out = tvm.runtime.tensor(np.zeros((rows, n), np.float32))
+    lib["wo"](*[tvm.runtime.tensor(v) for v in arrays], out)
+    wq = (q.astype(np.float64) - np.repeat(z, bs, 0)) * np.repeat(s, bs, 0)
+    np.testing.assert_allclose(out.numpy(), a.astype(np.float64) @ wq + bias, rtol=1e-5, atol=1e-5)

@@ -18,6 +18,10 @@ Four dot paths, picked by ``target.int8_dot``:
 Depthwise convs use plain int32 math vectorized over the channel block on every target (memory bound),
 with the spatial zero padding inlined into the taps (``x_zero`` outside the image) instead of a padded
 copy of the input.
+
+Every int32 accumulator tile is a buffer of global scope under ``STACK_BYTES`` (1 KiB): TVM puts it on
+the stack, where LLVM keeps it in registers; a ``local`` buffer, or one of 1 KiB or more, would come from
+the workspace pool, a ``TVMBackendAllocWorkspace``/``FreeWorkspace`` pair around every tile.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from backends.tvm.kernels.arm_int8_dot import (
 from backends.tvm.kernels.epilogue import activation_expr
 from backends.tvm.kernels.kernel import INT8_DOT_ISA, Kernel, mark_scheduled, simd_isa
 from backends.tvm.kernels.qconv_spec import QUANT_RANGES, QConv2dSpec, linear_requant_expr
+from backends.tvm.schedule_nest import fits_stack
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
@@ -305,9 +310,6 @@ def _vectorize_epilogue(sch: Any, spec: QConv2dSpec, kind: str, wide: bool) -> N
     replace_block_body(sch, block_rv, store)
 
 
-_MAX_LOCAL_BYTES = 1024  # TVM's largest stack allocation; bigger "local" buffers go to the workspace pool
-
-
 def _tile(spec: QConv2dSpec, kind: str) -> tuple[int, int]:
     """Register tile ``(ow_inner, oc_chunks_inner)``; accumulators = ow_inner * oc_inner * vectors/block."""
     pairs = 2 if kind in ("avx2", "neon") else 1  # int32 partial sums per output channel
@@ -316,10 +318,11 @@ def _tile(spec: QConv2dSpec, kind: str) -> tuple[int, int]:
     budget = {"vnni": 24, "avx2": 12, "sdot": 20, "neon": 16}.get(kind, 8)
     oc_in = 2 if spec.out_chunks % 2 == 0 and 2 * regs_per_block * 2 <= budget else 1
     ow_max = max(1, budget // (oc_in * regs_per_block))
-    # the int32 accumulator tile stays <= 1 KiB: TVM allocates bigger local buffers from the workspace
-    # pool (a TVMBackendAllocWorkspace/FreeWorkspace pair around every tile)
-    pixel_bytes = oc_in * spec.out_block * 4 * pairs
-    ow_max = max(1, min(ow_max, _MAX_LOCAL_BYTES // pixel_bytes))
+    # the int32 accumulator tile is a global buffer under STACK_BYTES: a stack array LLVM keeps in
+    # registers; a bigger one (or a "local" one) is a workspace alloc/free call pair around every tile
+    pixel = oc_in * spec.out_block * pairs
+    while ow_max > 1 and not fits_stack(ow_max * pixel):
+        ow_max -= 1
     ow = spec.out_w
     divisors = [d for d in range(1, min(ow, ow_max) + 1) if ow % d == 0]
     best = max(divisors)
@@ -358,7 +361,7 @@ def _schedule_general(sch: Any, spec: QConv2dSpec, kind: str, wide: bool) -> Non
         sch.reorder(n, oco, oh, owo, icc, kh, kw, g, oci, owi, p, bo)
     sch.parallel(sch.fuse(n, oco, oh))
     sch.reverse_compute_at(epi, owo)
-    sch.set_scope(conv, 0, "local")
+    # the accumulator tile keeps the global scope: a stack array (module docstring), no workspace call
     sch.unroll(oci)
     sch.unroll(owi)
     if kind == "plain":
@@ -414,7 +417,6 @@ def _schedule_sdot(sch: Any, spec: QConv2dSpec, wide: bool) -> None:
     sch.reorder(n, oco, oh, owo, oci, owi, bo)
     sch.parallel(sch.fuse(n, oco, oh))
     sch.compute_at(conv, owo, preserve_unit_loops=True)
-    sch.set_scope(conv, 0, "local")
     _, _, oci, _, owi, bo, icc, kh, kw, g, p = sch.get_loops(conv)[-11:]  # owo, n, oc, oh, ow, bo, ...
     sch.reorder(icc, kh, kw, g, oci, owi, bo, p)
     sch.unroll(oci)
@@ -435,7 +437,6 @@ def _schedule_depthwise(sch: Any, spec: QConv2dSpec, wide: bool) -> None:
     sch.reorder(n, c, oh, owo, kh, kw, owi, b)
     sch.parallel(sch.fuse(n, c, oh))
     sch.reverse_compute_at(epi, owo)
-    sch.set_scope(conv, 0, "local")
     sch.unroll(owi)
     sch.vectorize(b)
     init = sch.decompose_reduction(conv, kh)

@@ -17,12 +17,13 @@ the fused function, dequantizes every weight once per row of A (ViT-Tiny int4w: 
 19 ms in fp32). So the register tile of the generic matmul rule is applied here to the fused
 block: rows r tiled by ``ti`` and columns n by ``tv`` vectors (:func:`pick_matmul_tile`), loops
 ``[n_o, r_o] (fused, parallel), k, r_i (unrolled), n_i (vectorized)`` with the accumulators in a
-``local`` buffer and the bias added on write-back; a dequantized vector of W serves all ``ti``
-rows (ViT-Tiny int4w then runs within 1.4x of the fp32 library's time on one thread, measured on a
-loaded 2-core machine: medians 27-46 ms against 31-39 ms). N no vector width divides keeps the
-function unscheduled for the generic schedule (its reduction rule). CUDA: the function goes to
-dlight's rules like the other unscheduled ones (the pipeline refuses any kernel left without a
-thread binding).
+tile buffer of global scope under 1 KiB (a stack array; a ``local`` one, or a bigger one, is a
+workspace alloc/free call pair per tile) and the bias added on write-back; a dequantized vector
+of W serves all ``ti`` rows (ViT-Tiny int4w then runs within 1.4x of the fp32 library's time on
+one thread, measured on a loaded 2-core machine: medians 27-46 ms against 31-39 ms). N no vector
+width divides keeps the function unscheduled for the generic schedule (its reduction rule). CUDA:
+the function goes to dlight's rules like the other unscheduled ones (the pipeline refuses any
+kernel left without a thread binding).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def schedule_weight_only(func: Any, rows: int, n: int, target: TargetSpec) -> An
     if vec is None:
         return None
     registers = 32 if lanes >= 16 or target.is_arm else 16
-    tile = pick_matmul_tile(rows, n // vec, registers)
+    tile = pick_matmul_tile(rows, n // vec, registers, vec)  # ti * tv * vec fits the stack
     sch = s_tir.Schedule(func)
     block = sch.get_sblock("weight_only_matmul")
     *lead, col, k = sch.get_loops(block)
@@ -98,7 +99,7 @@ def schedule_weight_only(func: Any, rows: int, n: int, target: TargetSpec) -> An
     r_o, r_i = sch.split(row, [None, tile.ti])
     n_o, n_i = sch.split(col, [None, tile.tv * vec])
     sch.reorder(n_o, r_o, k, r_i, n_i)
-    local = sch.cache_write(block, 0, "local")
+    local = sch.cache_write(block, 0, "global")  # not "local": see the module docstring
     for consumer in sch.get_consumers(local):  # the bias, added on write-back
         sch.reverse_compute_inline(consumer)
     sch.reverse_compute_at(local, r_o)
