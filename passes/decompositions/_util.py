@@ -9,7 +9,16 @@ import numpy as np
 from compiler.ir.graph import Graph, Node, Value
 from compiler.rewriter import Rewriter
 
-__all__ = ["static_reason", "used", "ints", "base_name", "replace_outputs"]
+__all__ = [
+    "static_reason",
+    "used",
+    "ints",
+    "base_name",
+    "replace_outputs",
+    "first_input",
+    "scalar_const",
+    "float_input_reason",
+]
 
 
 def static_reason(graph: Graph, node: Node) -> str | None:
@@ -49,3 +58,20 @@ def replace_outputs(rw: Rewriter, node: Node, new: Sequence[Value | None]) -> No
     for nm, nv in zip(names, new, strict=True):
         if nv is not None and nv.name != nm and not g.has_name(nm) and nv.producer.op != "Input":
             g.rename(nv, nm)
+
+
+def first_input(graph: Graph, node: Node) -> Value:
+    """The node's first input (x), which every rule of a unary op reads."""
+    x = graph.inputs_of(node)[0]
+    assert x is not None
+    return x
+
+
+def scalar_const(rw: Rewriter, like: Value, v: float, name: str) -> Value:
+    """A scalar constant ``v`` in ``like``'s dtype."""
+    return rw.const(np.array(v, like.type.dtype.numpy), name)
+
+
+def float_input_reason(graph: Graph, node: Node) -> str | None:
+    """None if the node's first input is float, else the reason."""
+    return None if first_input(graph, node).type.dtype.is_float else "x is not float"

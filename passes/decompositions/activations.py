@@ -12,45 +12,37 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.graph import Graph, Node
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
-from passes.decompositions._util import base_name, replace_outputs
+from passes.decompositions._util import base_name, first_input, replace_outputs, scalar_const
 
 __all__ = ["GELU_ERF", "GELU_TANH", "POW_INT", "CLIP_MINMAX"]
 
 
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
-
-
-def _c(rw: Rewriter, x: Value, v: float, name: str) -> Value:
-    return rw.const(np.array(v, x.type.dtype.numpy), name)
-
-
 def _gelu_check(graph: Graph, node: Node, mode: str) -> str | None:
-    if not _x(graph, node).type.dtype.is_float:
+    if not first_input(graph, node).type.dtype.is_float:
         return "x is not float"
     a = node.attrs.approximate
     return None if a == mode else f"approximate={a!r}, not {mode!r}"
 
 
 def _gelu_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     if node.attrs.approximate == "tanh":
         cube = rw.op("Mul", [rw.op("Mul", [x, x], name=f"{b}_sq"), x], name=f"{b}_cube")
-        inner = rw.op("Add", [x, rw.op("Mul", [cube, _c(rw, x, 0.044715, f"{b}_k")], name=f"{b}_kx3")])
-        arg = rw.op("Mul", [inner, _c(rw, x, math.sqrt(2.0 / math.pi), f"{b}_s2pi")], name=f"{b}_arg")
+        inner = rw.op(
+            "Add", [x, rw.op("Mul", [cube, scalar_const(rw, x, 0.044715, f"{b}_k")], name=f"{b}_kx3")]
+        )
+        arg = rw.op(
+            "Mul", [inner, scalar_const(rw, x, math.sqrt(2.0 / math.pi), f"{b}_s2pi")], name=f"{b}_arg"
+        )
         t = rw.op("Tanh", [arg], name=f"{b}_tanh")
     else:
-        arg = rw.op("Mul", [x, _c(rw, x, math.sqrt(0.5), f"{b}_rsqrt2")], name=f"{b}_arg")
+        arg = rw.op("Mul", [x, scalar_const(rw, x, math.sqrt(0.5), f"{b}_rsqrt2")], name=f"{b}_arg")
         t = rw.op("Erf", [arg], name=f"{b}_erf")
-    half = rw.op("Mul", [x, _c(rw, x, 0.5, f"{b}_half")], name=f"{b}_halfx")
-    one_plus = rw.op("Add", [t, _c(rw, x, 1.0, f"{b}_one")], name=f"{b}_1p")
+    half = rw.op("Mul", [x, scalar_const(rw, x, 0.5, f"{b}_half")], name=f"{b}_halfx")
+    one_plus = rw.op("Add", [t, scalar_const(rw, x, 1.0, f"{b}_one")], name=f"{b}_1p")
     replace_outputs(rw, node, [rw.op("Mul", [half, one_plus], name=b)])
 
 
@@ -83,7 +75,7 @@ def _exponent(graph: Graph, node: Node) -> float | None:
 
 
 def _pow_check(graph: Graph, node: Node) -> str | None:
-    x = _x(graph, node)
+    x = first_input(graph, node)
     if not x.type.dtype.is_float:
         return "x is not float"
     e = _exponent(graph, node)
@@ -95,7 +87,7 @@ def _pow_check(graph: Graph, node: Node) -> str | None:
 
 
 def _pow_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     y = rw.op("Mul", [x, x], name=f"{b}_sq" if _exponent(graph, node) == 3.0 else b)
     if _exponent(graph, node) == 3.0:
         y = rw.op("Mul", [y, x], name=b)
@@ -111,12 +103,12 @@ def _clip_check(graph: Graph, node: Node) -> str | None:
     ins = graph.inputs_of(node)
     if all(v is None for v in ins[1:]):
         return "Clip has neither min nor max"
-    return None if _x(graph, node).type.dtype.is_float else "x is not float"
+    return None if first_input(graph, node).type.dtype.is_float else "x is not float"
 
 
 def _clip_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
     ins = graph.inputs_of(node)
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     lo, hi = (ins[i] if len(ins) > i else None for i in (1, 2))
     y = x if lo is None else rw.op("Max", [x, lo], name=f"{b}_lo" if hi is not None else b)
     if hi is not None:

@@ -34,19 +34,13 @@ from compiler.ir.types import DType
 from compiler.ops.shapes import normalize_axis
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
-from passes.decompositions._util import base_name, ints, replace_outputs, static_reason
+from passes.decompositions._util import base_name, first_input, ints, replace_outputs, static_reason
 
 __all__ = ["BATCH_NORM", "INSTANCE_NORM", "RMS_NORM", "LP_NORM", "LRN_POOL"]
 
 
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
-
-
 def _check(graph: Graph, node: Node) -> str | None:
-    x = _x(graph, node)
+    x = first_input(graph, node)
     if not x.type.dtype.is_float:
         return "x is not float"
     if x.type.rank is None:
@@ -62,7 +56,7 @@ def _per_channel(rw: Rewriter, v: Value, rank: int, name: str) -> Value:
 
 
 def _batch_norm_check(graph: Graph, node: Node) -> str | None:
-    x = _x(graph, node)
+    x = first_input(graph, node)
     if x.type.dtype not in (DType.FLOAT32, DType.FLOAT64):
         return f"x is {x.type.dtype.short}, not float32/float64"
     if node.attrs.training_mode:
@@ -112,7 +106,7 @@ def _instance_norm_check(graph: Graph, node: Node) -> str | None:
     why = _check(graph, node)
     if why:
         return why
-    rank = _x(graph, node).type.rank
+    rank = first_input(graph, node).type.rank
     return None if rank is not None and rank >= 3 else "x has no spatial axes"
 
 
@@ -184,7 +178,7 @@ def _lp_check(graph: Graph, node: Node) -> str | None:
 
 
 def _lp_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     assert x is not None and x.type.rank is not None
     axes = ints(rw, [normalize_axis(node.attrs.axis, x.type.rank)], f"{b}_axes")
     if node.attrs.p == 1:
@@ -214,12 +208,12 @@ def _lrn_check(graph: Graph, node: Node) -> str | None:
     why = _check(graph, node)
     if why:
         return why
-    rank = _x(graph, node).type.rank
+    rank = first_input(graph, node).type.rank
     return None if rank is not None and rank >= 3 else "x has no spatial axes"
 
 
 def _lrn_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b, a = _x(graph, node), base_name(node), node.attrs
+    x, b, a = first_input(graph, node), base_name(node), node.attrs
     n, ch, *spatial = x.type.static_shape
     dt = x.type.dtype.numpy
     lo = (a.size - 1) // 2

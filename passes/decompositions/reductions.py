@@ -26,7 +26,7 @@ from compiler.ir.graph import Graph, Node, Value
 from compiler.ops.shapes import normalize_axis
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, RewriteFn, register_decomposition
-from passes.decompositions._util import base_name, ints, replace_outputs
+from passes.decompositions._util import base_name, first_input, float_input_reason, ints, replace_outputs
 
 __all__ = [
     "REDUCE_L1",
@@ -39,19 +39,9 @@ __all__ = [
 ]
 
 
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
-
-
 def _axes(graph: Graph, node: Node) -> Value | None:
     ins = graph.inputs_of(node)
     return ins[1] if len(ins) > 1 else None
-
-
-def _float_check(graph: Graph, node: Node) -> str | None:
-    return None if _x(graph, node).type.dtype.is_float else "x is not float"
 
 
 def _any_dtype(graph: Graph, node: Node) -> str | None:
@@ -65,7 +55,7 @@ def _reduce(rw: Rewriter, op: str, v: Value, node: Node, axes: Value | None, nam
 
 def _unary_then_sum(pre: str | None, post: str | None) -> RewriteFn:
     def rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-        x, axes, b = _x(graph, node), _axes(graph, node), base_name(node)
+        x, axes, b = first_input(graph, node), _axes(graph, node), base_name(node)
         if pre == "Abs":
             v = rw.op("Abs", [x], name=f"{b}_abs")
         elif pre == "Square":
@@ -83,7 +73,7 @@ def _unary_then_sum(pre: str | None, post: str | None) -> RewriteFn:
 def _rule(
     name: str, op: str, produces: tuple[str, ...], pre: str | None, post: str | None, doc: str
 ) -> Decomposition:
-    check = _any_dtype if op == "ReduceL1" else _float_check
+    check = _any_dtype if op == "ReduceL1" else float_input_reason
     return register_decomposition(Decomposition(name, op, produces, check, _unary_then_sum(pre, post), doc))
 
 
@@ -110,19 +100,19 @@ REDUCE_LOG_SUM = _rule(
 
 
 def _lse_check(graph: Graph, node: Node) -> str | None:
-    why = _float_check(graph, node)
+    why = float_input_reason(graph, node)
     if why:
         return why
     axes = _axes(graph, node)
     if axes is not None and axes.const is None:
         return "axes are not constant (the max must be squeezed over them)"
-    if not node.attrs.keepdims and _x(graph, node).type.rank is None:
+    if not node.attrs.keepdims and first_input(graph, node).type.rank is None:
         return "rank of x is unknown"
     return None
 
 
 def _lse_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, axes, b = _x(graph, node), _axes(graph, node), base_name(node)
+    x, axes, b = first_input(graph, node), _axes(graph, node), base_name(node)
     keep = type(node.attrs)(keepdims=1, noop_with_empty_axes=node.attrs.noop_with_empty_axes)
     m = rw.op("ReduceMax", [x] if axes is None else [x, axes], keep, name=f"{b}_max")
     e = rw.op("Exp", [rw.op("Sub", [x, m], name=f"{b}_shifted")], name=f"{b}_exp")
@@ -152,7 +142,7 @@ def _mean_check(graph: Graph, node: Node) -> str | None:
     ins = graph.inputs_of(node)
     if not ins or any(v is None for v in ins):
         return "Mean has an absent input"
-    return None if _x(graph, node).type.dtype.is_float else "inputs are not float"
+    return None if first_input(graph, node).type.dtype.is_float else "inputs are not float"
 
 
 def _mean_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
@@ -178,7 +168,7 @@ MEAN_ADD = register_decomposition(
 
 
 def _hardmax_check(graph: Graph, node: Node) -> str | None:
-    shape = _x(graph, node).type.shape
+    shape = first_input(graph, node).type.shape
     if shape is None:
         return "rank of x is unknown"
     n = shape[normalize_axis(node.attrs.axis, len(shape))]
@@ -186,7 +176,7 @@ def _hardmax_check(graph: Graph, node: Node) -> str | None:
 
 
 def _hardmax_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     shape = x.type.shape
     assert shape is not None
     axis = normalize_axis(node.attrs.axis, len(shape))

@@ -13,40 +13,32 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from compiler.ir.graph import Graph, Node, Value
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
-from passes.decompositions._util import base_name, replace_outputs
+from passes.decompositions._util import (
+    base_name,
+    first_input,
+    float_input_reason,
+    replace_outputs,
+    scalar_const,
+)
 
 __all__ = ["SOFTPLUS_STABLE", "MISH_SOFTPLUS", "SELU_MINMAX", "CELU_MINMAX", "SOFTSIGN_DIV"]
-
-
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
-
-
-def _c(rw: Rewriter, x: Value, v: float, name: str) -> Value:
-    return rw.const(np.array(v, x.type.dtype.numpy), name)
-
-
-def _float_check(graph: Graph, node: Node) -> str | None:
-    return None if _x(graph, node).type.dtype.is_float else "x is not float"
 
 
 def softplus(rw: Rewriter, x: Value, b: str, name: str) -> Value:
     """relu(x) + log(exp(-|x|) + 1), the last node named ``name``."""
     e = rw.op("Exp", [rw.op("Neg", [rw.op("Abs", [x], name=f"{b}_abs")], name=f"{b}_nabs")], name=f"{b}_exp")
-    lg = rw.op("Log", [rw.op("Add", [e, _c(rw, x, 1.0, f"{b}_one")], name=f"{b}_1p")], name=f"{b}_log")
+    lg = rw.op(
+        "Log", [rw.op("Add", [e, scalar_const(rw, x, 1.0, f"{b}_one")], name=f"{b}_1p")], name=f"{b}_log"
+    )
     return rw.op("Add", [rw.op("Relu", [x], name=f"{b}_relu"), lg], name=name)
 
 
 def _softplus_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
     b = base_name(node)
-    replace_outputs(rw, node, [softplus(rw, _x(graph, node), b, b)])
+    replace_outputs(rw, node, [softplus(rw, first_input(graph, node), b, b)])
 
 
 SOFTPLUS_STABLE = register_decomposition(
@@ -54,7 +46,7 @@ SOFTPLUS_STABLE = register_decomposition(
         "softplus-stable",
         "Softplus",
         ("Relu", "Abs", "Neg", "Exp", "Add", "Log"),
-        _float_check,
+        float_input_reason,
         _softplus_rewrite,
         "Softplus(x) = relu(x) + log(exp(-|x|) + 1)",
     )
@@ -62,7 +54,7 @@ SOFTPLUS_STABLE = register_decomposition(
 
 
 def _mish_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     t = rw.op("Tanh", [rw.op("Softplus", [x], name=f"{b}_softplus")], name=f"{b}_tanh")
     replace_outputs(rw, node, [rw.op("Mul", [x, t], name=b)])
 
@@ -72,7 +64,7 @@ MISH_SOFTPLUS = register_decomposition(
         "mish-softplus",
         "Mish",
         ("Softplus", "Tanh", "Mul"),
-        _float_check,
+        float_input_reason,
         _mish_rewrite,
         "Mish(x) = x * tanh(softplus(x))",
     )
@@ -81,27 +73,34 @@ MISH_SOFTPLUS = register_decomposition(
 
 def _exp_minus_one_min(rw: Rewriter, x: Value, alpha: float, b: str, divide: bool) -> Value:
     """relu(x) + min(alpha * (exp(x [/ alpha]) - 1), 0)."""
-    arg = rw.op("Div", [x, _c(rw, x, alpha, f"{b}_alpha_d")], name=f"{b}_scaled") if divide else x
-    em1 = rw.op("Sub", [rw.op("Exp", [arg], name=f"{b}_exp"), _c(rw, x, 1.0, f"{b}_one")], name=f"{b}_em1")
+    arg = rw.op("Div", [x, scalar_const(rw, x, alpha, f"{b}_alpha_d")], name=f"{b}_scaled") if divide else x
+    em1 = rw.op(
+        "Sub", [rw.op("Exp", [arg], name=f"{b}_exp"), scalar_const(rw, x, 1.0, f"{b}_one")], name=f"{b}_em1"
+    )
     neg = rw.op(
         "Min",
-        [rw.op("Mul", [em1, _c(rw, x, alpha, f"{b}_alpha")], name=f"{b}_a_em1"), _c(rw, x, 0.0, f"{b}_zero")],
+        [
+            rw.op("Mul", [em1, scalar_const(rw, x, alpha, f"{b}_alpha")], name=f"{b}_a_em1"),
+            scalar_const(rw, x, 0.0, f"{b}_zero"),
+        ],
         name=f"{b}_neg",
     )
     return rw.op("Add", [rw.op("Relu", [x], name=f"{b}_relu"), neg], name=f"{b}_sum")
 
 
 def _selu_check(graph: Graph, node: Node) -> str | None:
-    why = _float_check(graph, node)
+    why = float_input_reason(graph, node)
     if why:
         return why
     return None if node.attrs.alpha > 0 else f"alpha={node.attrs.alpha:g} is not positive"
 
 
 def _selu_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     s = _exp_minus_one_min(rw, x, node.attrs.alpha, b, divide=False)
-    replace_outputs(rw, node, [rw.op("Mul", [s, _c(rw, x, node.attrs.gamma, f"{b}_gamma")], name=b)])
+    replace_outputs(
+        rw, node, [rw.op("Mul", [s, scalar_const(rw, x, node.attrs.gamma, f"{b}_gamma")], name=b)]
+    )
 
 
 SELU_MINMAX = register_decomposition(
@@ -117,14 +116,14 @@ SELU_MINMAX = register_decomposition(
 
 
 def _celu_check(graph: Graph, node: Node) -> str | None:
-    why = _float_check(graph, node)
+    why = float_input_reason(graph, node)
     if why:
         return why
     return None if node.attrs.alpha != 0 else "alpha is 0"
 
 
 def _celu_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     y = _exp_minus_one_min(rw, x, node.attrs.alpha, b, divide=True)
     replace_outputs(rw, node, [y])
 
@@ -142,8 +141,10 @@ CELU_MINMAX = register_decomposition(
 
 
 def _softsign_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
-    den = rw.op("Add", [rw.op("Abs", [x], name=f"{b}_abs"), _c(rw, x, 1.0, f"{b}_one")], name=f"{b}_den")
+    x, b = first_input(graph, node), base_name(node)
+    den = rw.op(
+        "Add", [rw.op("Abs", [x], name=f"{b}_abs"), scalar_const(rw, x, 1.0, f"{b}_one")], name=f"{b}_den"
+    )
     replace_outputs(rw, node, [rw.op("Div", [x, den], name=b)])
 
 
@@ -152,7 +153,7 @@ SOFTSIGN_DIV = register_decomposition(
         "softsign-div",
         "Softsign",
         ("Abs", "Add", "Div"),
-        _float_check,
+        float_input_reason,
         _softsign_rewrite,
         "Softsign(x) = x / (1 + |x|)",
     )

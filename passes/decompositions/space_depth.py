@@ -12,24 +12,18 @@ These are ONNX's definitions; pure data movement, so exact.
 
 from __future__ import annotations
 
-from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.graph import Graph, Node
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
-from passes.decompositions._util import base_name, ints, replace_outputs
+from passes.decompositions._util import base_name, first_input, ints, replace_outputs
 
 __all__ = ["DEPTH_TO_SPACE", "SPACE_TO_DEPTH"]
 
 _PERMS = {"DCR": (0, 3, 4, 1, 5, 2), "CRD": (0, 1, 4, 2, 5, 3), "S2D": (0, 3, 5, 1, 2, 4)}
 
 
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
-
-
 def _check(graph: Graph, node: Node) -> str | None:
-    shape = _x(graph, node).type.shape
+    shape = first_input(graph, node).type.shape
     if shape is None or len(shape) != 4:
         return "x is not 4-D"
     if not all(isinstance(d, int) for d in shape[1:]):
@@ -38,7 +32,7 @@ def _check(graph: Graph, node: Node) -> str | None:
 
 
 def _chw(graph: Graph, node: Node) -> tuple[int, int, int]:
-    shape = _x(graph, node).type.shape
+    shape = first_input(graph, node).type.shape
     assert shape is not None
     c, h, w = shape[1:]
     assert isinstance(c, int) and isinstance(h, int) and isinstance(w, int)
@@ -48,7 +42,7 @@ def _chw(graph: Graph, node: Node) -> tuple[int, int, int]:
 def _move(
     rw: Rewriter, graph: Graph, node: Node, split: list[int], perm: tuple[int, ...], out: list[int]
 ) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     r = rw.op("Reshape", [x, ints(rw, [0, *split], f"{b}_split_shape")], name=f"{b}_split")
     t = rw.op("Transpose", [r], {"perm": perm}, name=f"{b}_perm")
     replace_outputs(rw, node, [rw.op("Reshape", [t, ints(rw, [0, *out], f"{b}_shape")], name=b)])

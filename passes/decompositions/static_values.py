@@ -12,27 +12,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.graph import Graph, Node
 from compiler.ops.registry import get_op
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
-from passes.decompositions._util import base_name, replace_outputs
+from passes.decompositions._util import base_name, first_input, replace_outputs
 
 __all__ = ["SHAPE_STATIC", "SIZE_STATIC", "EYELIKE_STATIC", "CONSTANT_OF_SHAPE_EXPAND"]
 
 
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
-
-
 def _static_check(graph: Graph, node: Node) -> str | None:
-    return None if _x(graph, node).type.is_static else "shape of x is not static (fix it with --input-shape)"
+    return (
+        None
+        if first_input(graph, node).type.is_static
+        else "shape of x is not static (fix it with --input-shape)"
+    )
 
 
 def _static_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x = _x(graph, node)
+    x = first_input(graph, node)
     zeros = np.zeros(x.type.static_shape, x.type.dtype.numpy)
     (y,) = get_op(node.op, node.domain).reference([zeros], node.attrs, 1)
     replace_outputs(rw, node, [rw.const(np.asarray(y), base_name(node))])
@@ -53,7 +51,7 @@ def _cos_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
     value = np.asarray(node.attrs.value).reshape(())
     b = base_name(node)
     v = rw.const(value, f"{b}_value")
-    replace_outputs(rw, node, [rw.op("Expand", [v, _x(graph, node)], name=b)])
+    replace_outputs(rw, node, [rw.op("Expand", [v, first_input(graph, node)], name=b)])
 
 
 CONSTANT_OF_SHAPE_EXPAND = register_decomposition(

@@ -10,34 +10,24 @@ false, so both give 0).
 
 from __future__ import annotations
 
-import numpy as np
-
-from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.graph import Graph, Node
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
-from passes.decompositions._util import base_name, replace_outputs
+from passes.decompositions._util import (
+    base_name,
+    first_input,
+    float_input_reason,
+    replace_outputs,
+    scalar_const,
+)
 
 __all__ = ["THRESHOLDED_RELU_WHERE", "SHRINK_WHERE"]
 
 
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
-
-
-def _c(rw: Rewriter, x: Value, v: float, name: str) -> Value:
-    return rw.const(np.array(v, x.type.dtype.numpy), name)
-
-
-def _float_check(graph: Graph, node: Node) -> str | None:
-    return None if _x(graph, node).type.dtype.is_float else "x is not float"
-
-
 def _thresholded_relu_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
-    above = rw.op("Greater", [x, _c(rw, x, node.attrs.alpha, f"{b}_alpha")], name=f"{b}_above")
-    replace_outputs(rw, node, [rw.op("Where", [above, x, _c(rw, x, 0.0, f"{b}_zero")], name=b)])
+    x, b = first_input(graph, node), base_name(node)
+    above = rw.op("Greater", [x, scalar_const(rw, x, node.attrs.alpha, f"{b}_alpha")], name=f"{b}_above")
+    replace_outputs(rw, node, [rw.op("Where", [above, x, scalar_const(rw, x, 0.0, f"{b}_zero")], name=b)])
 
 
 THRESHOLDED_RELU_WHERE = register_decomposition(
@@ -45,7 +35,7 @@ THRESHOLDED_RELU_WHERE = register_decomposition(
         "thresholded-relu-where",
         "ThresholdedRelu",
         ("Greater", "Where"),
-        _float_check,
+        float_input_reason,
         _thresholded_relu_rewrite,
         "ThresholdedRelu(x) = Where(x > alpha, x, 0)",
         native=("Where",),
@@ -54,13 +44,13 @@ THRESHOLDED_RELU_WHERE = register_decomposition(
 
 
 def _shrink_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     lam, bias = node.attrs.lambd, node.attrs.bias
-    above = rw.op("Greater", [x, _c(rw, x, lam, f"{b}_lambd")], name=f"{b}_above")
-    below = rw.op("Greater", [_c(rw, x, -lam, f"{b}_neg_lambd"), x], name=f"{b}_below")
-    down = rw.op("Sub", [x, _c(rw, x, bias, f"{b}_bias")], name=f"{b}_down")
-    up = rw.op("Add", [x, _c(rw, x, bias, f"{b}_bias_up")], name=f"{b}_up")
-    inner = rw.op("Where", [above, down, _c(rw, x, 0.0, f"{b}_zero")], name=f"{b}_pos")
+    above = rw.op("Greater", [x, scalar_const(rw, x, lam, f"{b}_lambd")], name=f"{b}_above")
+    below = rw.op("Greater", [scalar_const(rw, x, -lam, f"{b}_neg_lambd"), x], name=f"{b}_below")
+    down = rw.op("Sub", [x, scalar_const(rw, x, bias, f"{b}_bias")], name=f"{b}_down")
+    up = rw.op("Add", [x, scalar_const(rw, x, bias, f"{b}_bias_up")], name=f"{b}_up")
+    inner = rw.op("Where", [above, down, scalar_const(rw, x, 0.0, f"{b}_zero")], name=f"{b}_pos")
     replace_outputs(rw, node, [rw.op("Where", [below, up, inner], name=b)])
 
 
@@ -69,7 +59,7 @@ SHRINK_WHERE = register_decomposition(
         "shrink-where",
         "Shrink",
         ("Greater", "Sub", "Add", "Where"),
-        _float_check,
+        float_input_reason,
         _shrink_rewrite,
         "Shrink(x) = Where(-lambd > x, x + bias, Where(x > lambd, x - bias, 0))",
         native=("Where",),

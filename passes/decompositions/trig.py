@@ -16,39 +16,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.graph import Graph, Node
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
-from passes.decompositions._util import base_name, replace_outputs
+from passes.decompositions._util import base_name, first_input, float_input_reason, replace_outputs
 
 __all__ = ["TAN_SIN_COS", "COSH_EXP"]
 
 
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
-
-
-def _float_check(graph: Graph, node: Node) -> str | None:
-    return None if _x(graph, node).type.dtype.is_float else "x is not float"
-
-
 def _tan_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     s, c = rw.op("Sin", [x], name=f"{b}_sin"), rw.op("Cos", [x], name=f"{b}_cos")
     replace_outputs(rw, node, [rw.op("Div", [s, c], name=b)])
 
 
 TAN_SIN_COS = register_decomposition(
     Decomposition(
-        "tan-sin-cos", "Tan", ("Sin", "Cos", "Div"), _float_check, _tan_rewrite, "tan(x) = sin(x) / cos(x)"
+        "tan-sin-cos",
+        "Tan",
+        ("Sin", "Cos", "Div"),
+        float_input_reason,
+        _tan_rewrite,
+        "tan(x) = sin(x) / cos(x)",
     )
 )
 
 
 def _cosh_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     half = rw.const(np.array(0.5, x.type.dtype.numpy), f"{b}_half")
     a = rw.op("Abs", [x], name=f"{b}_abs")
     eh = rw.op("Exp", [rw.op("Mul", [a, half], name=f"{b}_h")], name=f"{b}_exp_h")
@@ -66,7 +61,7 @@ COSH_EXP = register_decomposition(
         "cosh-exp",
         "Cosh",
         ("Abs", "Mul", "Exp", "Neg", "Add"),
-        _float_check,
+        float_input_reason,
         _cosh_rewrite,
         "cosh(x) = exp(|x|/2) * exp(|x|/2)/2 + exp(-|x|)/2",
     )

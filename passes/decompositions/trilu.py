@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.graph import Graph, Node
 from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
-from passes.decompositions._util import base_name, replace_outputs
+from passes.decompositions._util import base_name, first_input, replace_outputs
 
 __all__ = ["TRILU_WHERE", "TRILU_MASK_MUL"]
-
-
-def _x(graph: Graph, node: Node) -> Value:
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    return x
 
 
 def _k(graph: Graph, node: Node) -> int | None:
@@ -36,7 +30,7 @@ def _k(graph: Graph, node: Node) -> int | None:
 
 
 def _check(graph: Graph, node: Node, need_float: bool) -> str | None:
-    x = _x(graph, node)
+    x = first_input(graph, node)
     if need_float and not x.type.dtype.is_float:
         return "x is not float (the mask product needs a float x)"
     if x.type.shape is None or len(x.type.shape) < 2:
@@ -47,7 +41,7 @@ def _check(graph: Graph, node: Node, need_float: bool) -> str | None:
 
 
 def _mask(graph: Graph, node: Node) -> np.ndarray:
-    shape = _x(graph, node).type.shape
+    shape = first_input(graph, node).type.shape
     k = _k(graph, node)
     assert shape is not None and k is not None
     m, n = int(shape[-2]), int(shape[-1])
@@ -56,14 +50,14 @@ def _mask(graph: Graph, node: Node) -> np.ndarray:
 
 
 def _where_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     keep = rw.const(_mask(graph, node), f"{b}_mask")
     zero = rw.const(np.zeros((), x.type.dtype.numpy), f"{b}_zero")
     replace_outputs(rw, node, [rw.op("Where", [keep, x, zero], name=b)])
 
 
 def _mul_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
-    x, b = _x(graph, node), base_name(node)
+    x, b = first_input(graph, node), base_name(node)
     keep = rw.const(_mask(graph, node).astype(x.type.dtype.numpy), f"{b}_mask")
     replace_outputs(rw, node, [rw.op("Mul", [x, keep], name=b)])
 
