@@ -113,10 +113,19 @@ def ort_quantize(model: Path, calib: Sequence[Feeds], method: str, out: Path) ->
     return out
 
 
-def run_samples(model: Path | bytes, samples: Sequence[Feeds]) -> dict[str, list[np.ndarray]]:
-    """Outputs by name, one array per sample, from onnxruntime (CPU, default optimizations)."""
+def run_samples(
+    model: Path | bytes, samples: Sequence[Feeds], exact: bool = False
+) -> dict[str, list[np.ndarray]]:
+    """Outputs by name, one array per sample, from onnxruntime (CPU).
+
+    ``exact=False``: default optimizations, so a QDQ model runs on onnxruntime's fused integer
+    kernels (QLinearConv, QLinearMul, ...). ``exact=True``: no graph optimization, so the model
+    runs as written (each DequantizeLinear -> float op -> QuantizeLinear), the QDQ semantics.
+    """
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    if exact:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(
         model if isinstance(model, bytes) else str(model), so, providers=["CPUExecutionProvider"]
     )
@@ -170,11 +179,14 @@ class QuantBench:
     Args:
         cases: The models by stem.
         work: A scratch folder for the converted and quantized models.
+        verify: Keep Kiln's own verification in the compile (it then must pass); the benchmark
+            turns it off to score models whose int8 output fails the verification rule.
     """
 
-    def __init__(self, cases: Mapping[str, ModelCase], work: Path) -> None:
+    def __init__(self, cases: Mapping[str, ModelCase], work: Path, verify: bool = True) -> None:
         self.cases = dict(cases)
         self.work = work
+        self.verify = verify
         self._cache: dict[tuple[str, ...], Any] = {}
 
     def _memo(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
@@ -209,34 +221,46 @@ class QuantBench:
 
         return self._memo(("ort", stem, method), make)
 
-    def kiln_dir(self, stem: str, method: str) -> Path:
-        """Kiln's output folder: ``kiln compile MODEL --quantize int8 --calib DATA --emit onnx``."""
+    def kiln_dir(self, stem: str, method: str, floor: bool = False) -> Path:
+        """Kiln's output folder: ``kiln compile MODEL --quantize int8 --calib DATA --emit onnx``.
+
+        ``floor=False`` (``--no-sensitivity``): every candidate int8, the like-for-like model.
+        ``floor=True``: Kiln's defaults, whose 25 dB floor may keep layers in float.
+        """
 
         def make() -> Path:
             from compiler.cli import main
 
             case = self.cases[stem]
-            out = self.work / f"{stem}.{method}.kiln"
+            out = self.work / f"{stem}.{method}.kiln{'.floor' if floor else ''}"
             argv = ["compile", str(case.model), "-o", str(out), "--quantize", "int8", "--calib"]
             argv += [str(case.calib), "--calib-method", method, "--emit", "onnx", "--inputs", str(case.real)]
-            argv += ["--no-sensitivity"]  # the report only: the model is the same, and pan's takes 30 s
+            if not floor:
+                argv += ["--no-sensitivity"]  # no report and no floor: every candidate stays int8
+            if not self.verify:
+                argv += ["--no-verify"]
             for name, shape in case.input_shapes.items():
                 argv += ["--input-shape", f"{name}={'x'.join(map(str, shape))}"]
             rc = main(argv)
             assert rc == 0, f"kiln {' '.join(argv)} exited with {rc}"
             return out
 
-        return self._memo(("kiln", stem, method), make)
+        return self._memo(("kiln", stem, method, str(floor)), make)
 
-    def sqnr(self, stem: str, method: str) -> list[SqnrRow]:
-        """Per output: SQNR of Kiln's and of onnxruntime's int8 model over the hold-out set."""
+    def sqnr(self, stem: str, method: str, exact: bool = False, floor: bool = False) -> list[SqnrRow]:
+        """Per output: SQNR of Kiln's and of onnxruntime's int8 model over the hold-out set.
+
+        ``exact`` runs both QDQ models as written (:func:`run_samples`); ``floor`` scores Kiln's
+        default compile (:meth:`kiln_dir`).
+        """
 
         def make() -> list[SqnrRow]:
             ref = self.reference(stem)
-            kiln = run_samples(self.kiln_dir(stem, method) / "model.onnx", self.holdout(stem))
-            ort_q = run_samples(self.ort_model(stem, method), self.holdout(stem))
+            hold = self.holdout(stem)
+            kiln = run_samples(self.kiln_dir(stem, method, floor) / "model.onnx", hold, exact)
+            ort_q = run_samples(self.ort_model(stem, method), hold, exact)
             return [
                 SqnrRow(stem, method, o, sqnr_db(kiln[o], r), sqnr_db(ort_q[o], r)) for o, r in ref.items()
             ]
 
-        return self._memo(("sqnr", stem, method), make)
+        return self._memo(("sqnr", stem, method, str(exact), str(floor)), make)
