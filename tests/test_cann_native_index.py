@@ -206,3 +206,35 @@ def test_dropout_is_identity(tmp_path: Path) -> None:
     assert [op.type for op in om.ops] == ["Data", "Identity", "NetOutput"]
     x = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
     assert np.array_equal(run_onnxruntime(model_bytes(export_onnx(lift_graph(om, "m.om"))), x)["y"], x["x"])
+
+
+@pytest.mark.parametrize("schema", ["ge", "domi"])
+def test_gather_nd_batch_dims_as_batch_column(tmp_path: Path, schema: str) -> None:
+    """GatherND batch_dims > 0 (no GE attribute) through gathernd-batch: one GatherNd of the
+    batch-flattened data with a batch index column, ConcatD for variable indices."""
+    model = text_model(
+        """
+        g (float[2, 3, 4, 5] x, int64[2, 3, 2] i) => (float[2, 3, 5] y, float[2, 3, 5] z) {
+            y = GatherND <batch_dims = 1> (x, i)
+            z = GatherND <batch_dims = 2> (x, j)
+        }
+        """,
+        opset=18,
+        j=np.array([[[1], [0], [3]], [[2], [2], [0]]], np.int64),
+    )
+    graph, om, path = _write_read(tmp_path, model, schema)
+    types = collections.Counter(op.type for op in om.ops)
+    assert types["GatherNd"] == 2 and types["ConcatD"] == 1, types
+    rng = np.random.default_rng(5)
+    feeds: dict[str, np.ndarray] = {
+        "x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32),
+        "i": np.stack([rng.integers(0, 3, (2, 3)), rng.integers(0, 4, (2, 3))], -1).astype(np.int64),
+    }
+    got = run_onnxruntime(model_bytes(export_onnx(lift_graph(om, "m.om"))), feeds)
+    before = run_onnxruntime(model_bytes(export_onnx(graph)), feeds)
+    ref = run_onnxruntime(tmp_path / "m.onnx", feeds)
+    for name, r in ref.items():
+        assert np.array_equal(got[name], before[name]) and np.array_equal(got[name], r), name
+    if schema == "ge":
+        (res,) = netron_check([path])
+        assert_netron_shows(path, res)

@@ -253,3 +253,154 @@ def test_dynamic_rnn_cell_state_reads_are_refused(tmp_path: Path) -> None:
     om.output_names.append("cell")
     with pytest.raises(ModelFileError, match="output_c .* read by 'cell'"):
         lift_graph(om, "m.om")
+
+
+def _gru(direction: str, bias: bool = True, h0: bool = True, **attrs: Any) -> onnx.ModelProto:
+    steps, batch, n_in, hid = 5, 2, 3, 4
+    nd = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(13)
+    w, r = (rng.standard_normal((nd, 3 * hid, n)).astype(np.float32) for n in (n_in, hid))
+    b = rng.standard_normal((nd, 6 * hid)).astype(np.float32)
+    attrs.setdefault("linear_before_reset", 1)
+    node = helper.make_node(
+        "GRU",
+        ["x", "W", "R", "B" if bias else "", "", "h0" if h0 else ""],
+        ["Y", "Y_h"],
+        hidden_size=hid,
+        direction=direction,
+        **attrs,
+    )
+    inputs = [helper.make_tensor_value_info("x", 1, [steps, batch, n_in])]
+    if h0:
+        inputs.append(helper.make_tensor_value_info("h0", 1, [nd, batch, hid]))
+    outputs = [helper.make_tensor_value_info(n, 1, None) for n in ("Y", "Y_h")]
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w, "W"), (r, "R"))]
+    inits += [numpy_helper.from_array(b, "B")] if bias else []
+    graph = helper.make_graph([node], "gru", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def _gru_feeds(nd: int, h0: bool = True) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.standard_normal((5, 2, 3)).astype(np.float32)}
+    if h0:
+        feeds["h0"] = rng.standard_normal((nd, 2, 4)).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("schema", ["ge", "domi"])
+@pytest.mark.parametrize(
+    ("direction", "bias", "h0"),
+    [
+        ("forward", True, True),
+        ("reverse", True, True),
+        ("bidirectional", True, True),
+        ("forward", False, False),
+        ("bidirectional", True, False),
+    ],
+)
+def test_gru_as_dynamic_gru_v2(tmp_path: Path, direction: str, bias: bool, h0: bool, schema: str) -> None:
+    """GRU (linear_before_reset=1) -> DynamicGRUV2 per direction: weight_input = Wᵀ, weight_hidden = Rᵀ
+    in gate order zrh, bias_input = Wb, bias_hidden = Rb, init_h [B, H]; Y_h from output_h."""
+    model = _gru(direction, bias, h0)
+    graph, om, path = _write_read(tmp_path, model, schema)
+    grus = [op for op in om.ops if op.type == "DynamicGRUV2"]
+    nd = 2 if direction == "bidirectional" else 1
+    assert len(grus) == nd and not any(op.type == "DynamicRNN" for op in om.ops)
+    consts = {op.name: op.value for op in om.ops if op.type == "Const" and op.value is not None}
+    descs = {f"{op.name}:{i}": d for op in om.ops for i, d in enumerate(op.outputs)}
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    hid = 4
+    for d, gru in enumerate(grus):
+        want_dir = "REDIRECTIONAL" if direction == "reverse" or d == 1 else "UNIDIRECTIONAL"
+        assert gru.attrs["direction"].value == want_dir and gru.attrs["gate_order"].value == "zrh"
+        assert gru.attrs["reset_after"].value is True
+        assert len(gru.outputs) == 6 and all(o.shape == (5, 2, hid) for o in gru.outputs)
+        wi, wh = (consts[gru.inputs[k].split(":")[0]] for k in (1, 2))
+        np.testing.assert_array_equal(wi, inits["W"][d].T)  # zrh is ONNX's own block order
+        np.testing.assert_array_equal(wh, inits["R"][d].T)
+        if bias:
+            bi, bh = (consts[gru.inputs[k].split(":")[0]] for k in (3, 4))
+            np.testing.assert_array_equal(np.concatenate([bi, bh]), inits["B"][d])
+        else:
+            assert all(r == "" for r in gru.inputs[3:5])
+        if h0:
+            assert descs[gru.inputs[6]].shape == (2, hid)  # init_h is [batch, hidden]
+        else:
+            assert len(gru.inputs) <= 5
+    _check_round_trip(graph, om, tmp_path / "m.onnx", _gru_feeds(nd, h0))
+    if schema == "ge":
+        _check_netron(path)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "reason"),
+    [
+        (
+            {"linear_before_reset": 0},
+            r"linear_before_reset=0: DynamicGRUV2's kernel computes only reset_after=true",
+        ),
+        ({"clip": 2.0}, r"clip=2.0: DynamicGRUV2 has no gate clipping"),
+        ({"activations": ["Sigmoid", "Relu"]}, r"activations .*\(DynamicGRUV2 computes Sigmoid, Tanh\)"),
+    ],
+)
+def test_gru_refusals_name_the_reason(tmp_path: Path, attrs: dict[str, Any], reason: str) -> None:
+    """What DynamicGRUV2 cannot express is refused (no GRU decomposition exists for CANN)."""
+    onnx.save(_gru("forward", **attrs), tmp_path / "m.onnx")
+    with pytest.raises(ConversionError, match=f"GRU .*{reason}"):
+        om_bytes(load_model(tmp_path / "m.onnx"))
+
+
+def test_dynamic_gru_v2_gate_order_rzh_lifts(tmp_path: Path) -> None:
+    """A DynamicGRUV2 written in gate order rzh (the kernel's other order) lifts to the same GRU."""
+    graph, om, _ = _write_read(tmp_path, _gru("forward"), "ge")
+    gru = next(op for op in om.ops if op.type == "DynamicGRUV2")
+    consts = {op.name: op for op in om.ops if op.type == "Const"}
+    hid = 4
+    swap = np.concatenate([np.arange(hid, 2 * hid), np.arange(hid), np.arange(2 * hid, 3 * hid)])
+    for k in (1, 2, 3, 4):
+        c = consts[gru.inputs[k].split(":")[0]]
+        assert c.value is not None
+        c.value = np.ascontiguousarray(c.value[..., swap])
+    gru.attrs["gate_order"] = gru.attrs["gate_order"].__class__("s", "rzh")
+    _check_round_trip(graph, om, tmp_path / "m.onnx", _gru_feeds(1))
+
+
+def test_xor_as_logical_ops(tmp_path: Path) -> None:
+    """GE has no LogicalXor: Xor(a, b) = LogicalAnd(LogicalOr(a, b), LogicalNot(LogicalAnd(a, b)))."""
+    model = text_model(
+        """
+        x (float[2, 3, 4] x, float[3, 4] y) => (float[2, 3, 4] z) {
+            a = Greater (x, zero)
+            b = Less (y, zero)
+            q = Xor (a, b)
+            z = Cast <to = 1> (q)
+        }
+        """,
+        opset=17,
+        zero=np.zeros((), np.float32),
+    )
+    rng = np.random.default_rng(3)
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in (("x", (2, 3, 4)), ("y", (3, 4)))}
+    for schema in ("ge", "domi"):
+        graph, om, path = _write_read(tmp_path, model, schema)
+        types = collections.Counter(op.type for op in om.ops)
+        assert (types["LogicalOr"], types["LogicalAnd"], types["LogicalNot"]) == (1, 2, 1), types
+        assert not types["LogicalXor"] and not types["BitwiseXor"]
+        _check_round_trip(graph, om, tmp_path / "m.onnx", feeds)
+        if schema == "ge":
+            _check_netron(path)
+
+
+def test_xor_decomposition_does_not_fire_where_xor_is_native(tmp_path: Path) -> None:
+    """MNN writes Xor as its own BinaryOp LOGICALXOR: the CANN rewrite must leave it alone there."""
+    from backends.mnn.backend import BACKEND as MNN
+
+    model = text_model(
+        "x (bool[3, 4] a, bool[3, 4] b) => (bool[3, 4] q) { q = Xor (a, b) }",
+        opset=17,
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    graph = load_model(tmp_path / "m.onnx")
+    PassManager([*pipeline("default"), *MNN.legalization("mnn", None)]).run(graph)
+    assert [n.op for n in graph.ops()] == ["Xor"]

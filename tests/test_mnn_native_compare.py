@@ -136,6 +136,21 @@ def test_float_comparisons_of_special_values(op: str, tmp_path: Path) -> None:
     assert mnn_op_types(mnn).count("BinaryOp") == (3 if op == "Equal" else 1)
 
 
+@pytest.mark.parametrize("op", ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"])
+def test_float_comparisons_broadcast_on_both_sides(op: str, tmp_path: Path) -> None:
+    """[2, 1, 5] against [2, 3, 1]: MNN 3.6.1 compares such floats' bit patterns as int32 (negative
+    values order backwards), so Kiln BroadcastTo's a to the output shape first; exact."""
+    rng = np.random.default_rng(4)
+    feeds = {
+        k: -np.abs(rng.standard_normal(s)).astype(np.float32)
+        for k, s in (("x0", (2, 1, 5)), ("x1", (2, 3, 1)))
+    }
+    feeds["x1"][0, 0, 0] = feeds["x0"][0, 0, 0]  # one tie
+    mnn, got, ref = _run(_model(op, [T.FLOAT, T.FLOAT], [[2, 1, 5], [2, 3, 1]], T.BOOL), feeds, tmp_path)
+    _assert_exact(got, ref)
+    assert mnn_op_types(mnn).count("BroadcastTo") == 1
+
+
 def test_isnan_is_native_and_exact(tmp_path: Path) -> None:
     x = np.array([[0.0, np.nan, np.inf, -np.inf], [-1.5, np.nan, 3.0, -0.0]], np.float32)
     mnn, got, ref = _run(_model("IsNaN", [T.FLOAT], [[2, 4]], T.BOOL), {"x0": x}, tmp_path)

@@ -4,6 +4,8 @@ Each small graph goes through Kiln's default pipeline and the MNN legalization, 
 ``.mnn`` and runs in MNN 3.6.1's runtime: integer outputs (indices) must equal onnxruntime
 exactly, float outputs within 1e-6 relative (the gathers and tiles are exact copies). The file
 holds MNN's op (no decomposition), negative indices are wrapped, and the refusals say why.
+A TopK whose indices are read and a GatherND with batch_dims > 0 go through the shared
+decompositions (topk-stable-indices, gathernd-batch) and must match onnxruntime exactly too.
 """
 
 from __future__ import annotations
@@ -83,11 +85,46 @@ def _x() -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize(("axis", "largest", "k"), [(-1, 1, 3), (1, 0, 2), (0, 1, 3)])
 def test_topk(axis: int, largest: int, k: int, tmp_path: Path) -> None:
-    """The values (the indices are refused: MNN orders ties arbitrarily, see test_refusals)."""
+    """The values alone: one TopKV2, the index decomposition must not fire."""
     node = oh.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
     model = _model(node, _X, {"k": np.array([k], np.int64)}, {"v": T.FLOAT})
     feeds = {"x": np.round(_x()["x"] / 8)}  # many ties
-    _check(model, feeds, "TopKV2", tmp_path)
+    types = _check(model, feeds, "TopKV2", tmp_path)
+    assert "CumSum" not in types and "ArgMax" not in types
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis", "largest", "k"),
+    [
+        ([3, 4, 5], -1, 1, 3),
+        ([3, 4, 5], 1, 0, 2),
+        ([3, 4, 5], 0, 1, 3),
+        ([2, 40], 1, 0, 10),
+        ([4, 7, 9], 1, 1, 7),
+    ],
+)
+def test_topk_indices_in_onnx_tie_order(
+    shape: list[int], axis: int, largest: int, k: int, tmp_path: Path
+) -> None:
+    """Indices read: MNN's TopKV2 ties are arbitrary (observed), so topk-stable-indices counts
+    occurrences; values and indices equal onnxruntime's exactly, ties and infinities included."""
+    node = oh.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
+    model = _model(
+        node, {"x": (T.FLOAT, shape)}, {"k": np.array([k], np.int64)}, {"v": T.FLOAT, "i": T.INT64}
+    )
+    x = _rng.integers(-4, 4, shape).astype(np.float32) * 0.75  # ties everywhere, both signs
+    x[x == 2.25], x[x == -3] = np.inf, -np.inf
+    types = _check(model, {"x": x}, "TopKV2", tmp_path)
+    assert types.count("CumSum") == 1 and types.count("ArgMax") == 1
+
+
+def test_topk_indices_of_integers(tmp_path: Path) -> None:
+    """int64 values (MNN int32): the same occurrence count, exact."""
+    node = oh.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0)
+    model = _model(
+        node, {"x": (T.INT64, [3, 4, 5])}, {"k": np.array([2], np.int64)}, {"v": T.INT64, "i": T.INT64}
+    )
+    _check(model, {"x": _rng.integers(-3, 3, (3, 4, 5)).astype(np.int64)}, "TopKV2", tmp_path)
 
 
 @pytest.mark.parametrize(("op", "axis", "keepdims"), [("ArgMax", -1, 1), ("ArgMin", 1, 0), ("ArgMax", 0, 0)])
@@ -133,7 +170,39 @@ def test_gather_nd(const_indices: bool, tmp_path: Path) -> None:
     if not const_indices:
         ins["i"] = (T.INT64, list(_ND_IDX.shape))
         feeds["i"] = _ND_IDX
-    _check(_model(node, ins, inits, {"y": T.FLOAT}), feeds, "GatherND", tmp_path)
+    types = _check(_model(node, ins, inits, {"y": T.FLOAT}), feeds, "GatherND", tmp_path)
+    assert "Concat" not in types  # batch_dims = 0: gathernd-batch must not fire
+
+
+@pytest.mark.parametrize(
+    ("dshape", "ishape", "batch_dims", "const_indices"),
+    [
+        ([2, 3, 4], [2, 1], 1, True),
+        ([2, 3, 4], [2, 1], 1, False),
+        ([2, 3, 4, 5], [2, 3, 2], 1, False),  # MNN's own converter gets this one wrong
+        ([2, 3, 4, 5], [2, 3, 1], 2, False),
+        ([2, 3, 4, 5], [2, 3, 4, 2], 2, True),
+        ([3, 4], [3, 2, 1], 1, False),
+    ],
+)
+def test_gather_nd_batch_dims(
+    dshape: list[int], ishape: list[int], batch_dims: int, const_indices: bool, tmp_path: Path
+) -> None:
+    """batch_dims > 0 as gathernd-batch: one GatherND of the flattened data with a batch column;
+    negative indices included, exact."""
+    m = ishape[-1]
+    cols = [_rng.integers(-dshape[batch_dims + j], dshape[batch_dims + j], ishape[:-1]) for j in range(m)]
+    idx = np.stack(cols, -1).astype(np.int64)
+    node = oh.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch_dims)
+    ins = {"x": (T.FLOAT, dshape)}
+    feeds: dict[str, np.ndarray] = {"x": _rng.standard_normal(dshape).astype(np.float32)}
+    inits = {"i": idx} if const_indices else {}
+    if not const_indices:
+        ins["i"] = (T.INT64, ishape)
+        feeds["i"] = idx
+    types = _check(_model(node, ins, inits, {"y": T.FLOAT}), feeds, "GatherND", tmp_path)
+    assert types.count("Concat") == (0 if const_indices else 1)
+    assert types.count("Reshape") == (0 if batch_dims == 1 else 2 + (not const_indices))
 
 
 @pytest.mark.parametrize(("axis", "exclusive", "reverse"), [(1, 0, 0), (-1, 1, 1), (0, 1, 0), (2, 0, 1)])
@@ -166,12 +235,12 @@ def test_onehot(axis: int, vals: np.ndarray, tmp_path: Path) -> None:
         (
             oh.make_node("GatherND", ["x", "j"], ["i"], batch_dims=1),
             {"x": (T.FLOAT, [2, 3]), "j": (T.INT64, [2, 1])},
-            "batch_dims != 0",
+            "batch_dims != 0 (MNN's GatherND has none; see gathernd-batch)",
         ),
         (
             oh.make_node("TopK", ["x", "k"], ["v", "i"]),
             {"x": (T.FLOAT, [2, 3])},
-            "the indices output (MNN 3.6.1's TopKV2 orders equal values arbitrarily)",
+            "the indices output (MNN 3.6.1's TopKV2 orders ties arbitrarily; see topk-stable-indices)",
         ),
         (
             oh.make_node("CumSum", ["x", "j"], ["i"]),
@@ -188,3 +257,22 @@ def test_refusals(
     graph, _ = _graph(_model(node, ins, inits, outs), tmp_path, legalize=False)
     (n,) = [n for n in graph.ops() if n.op == node.op_type]
     assert TABLE.reason(graph, n) == reason
+
+
+def test_topk_index_rewrite_refuses_a_huge_table(tmp_path: Path) -> None:
+    """topk-stable-indices needs k x n intermediates: above TABLE_CAP elements it refuses, by name."""
+    from compiler.backend import get_backend
+    from passes.decompositions import choose_decomposition
+    from passes.decompositions.indexing import TABLE_CAP
+
+    node = oh.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)
+    model = _model(
+        node, {"x": (T.FLOAT, [2, 4096])}, {"k": np.array([4096], np.int64)}, {"v": T.FLOAT, "i": T.INT64}
+    )
+    graph, _ = _graph(model, tmp_path, legalize=False)
+    (n,) = [n for n in graph.ops() if n.op == "TopK"]
+    why = choose_decomposition(get_backend("mnn").capabilities("mnn"), graph, n)
+    assert (
+        why
+        == f"topk-stable-indices: the k x n occurrence table would hold {2 * 4096 * 4096} elements (cap {TABLE_CAP})"
+    )

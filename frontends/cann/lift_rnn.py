@@ -1,4 +1,4 @@
-"""Lift GE's DynamicRNN (an LSTM cell) into a Kiln LSTM: the inverse of ``backends/cann/lower_rnn.py``.
+"""Lift GE's DynamicRNN and DynamicGRUV2 into Kiln LSTM / GRU: the inverse of ``backends/cann/lower_rnn.py``.
 
 ``DynamicRNN(x, w, b[, seq_length, init_h, init_c, wci, wcf, wco, mask])`` with w [I + H, 4H]
 and b [4H] constant becomes ``LSTM(x, W, R, B, , init_h, init_c)`` of one direction
@@ -11,6 +11,13 @@ which ONNX does not give: it may only be read through StridedSliceV2 ops that se
 final step (T-1 forward, 0 reverse), which become the LSTM's Y_c. The gate outputs (3-7) cannot
 be read. Anything else (peepholes, masks, a projection, clipping, batch-major, another cell or
 activation) is refused with the attribute named.
+
+``DynamicGRUV2(x, weight_input, weight_hidden[, bias_input, bias_hidden, seq_length, init_h])``
+with constant weights becomes ``GRU(x, W, R, B, , init_h)`` of one direction with W =
+weight_inputᵀ, R = weight_hiddenᵀ (blocks back in ONNX's z, r, h order from ``gate_order`` "zrh"
+or "rzh"), B = [bias_input, bias_hidden] (a missing one is zeros), linear_before_reset =
+reset_after, and init_h [B, H] reshaped to [1, B, H]. y and output_h (ports 0, 1) are both the
+GRU's Y reshaped to [T, B, H]; the gate outputs (2-5) cannot be read.
 """
 
 from __future__ import annotations
@@ -20,7 +27,13 @@ import numpy as np
 from compiler.ir.graph import Value
 from frontends.cann.lift import Lifter, LiftError, lifter
 from schemas.cann.om_graph import OmOp
-from schemas.cann.op_table import DYNAMIC_RNN_DIRECTIONS, DYNAMIC_RNN_OUTPUTS, lstm_gate_blocks
+from schemas.cann.op_table import (
+    DYNAMIC_GRU_OUTPUTS,
+    DYNAMIC_RNN_DIRECTIONS,
+    DYNAMIC_RNN_OUTPUTS,
+    gru_gate_blocks,
+    lstm_gate_blocks,
+)
 
 __all__: list[str] = []
 
@@ -31,6 +44,16 @@ def _check_attrs(lf: Lifter, op: OmOp) -> tuple[str, str, float]:
     """(Kiln direction, gate order, forget bias); LiftError for what an ONNX LSTM cannot express."""
     if lf.attr(op, "cell_type", "s", "LSTM") != "LSTM":
         raise LiftError("only cell_type LSTM is supported")
+    direction = _check_common(lf, op)
+    order = lf.attr(op, "gate_order", "s", "ijfo")
+    assert isinstance(order, str)
+    bias = lf.attr(op, "forget_bias", "f", 0.0)
+    assert isinstance(bias, float)
+    return direction, order, bias
+
+
+def _check_common(lf: Lifter, op: OmOp) -> str:
+    """The Kiln direction of a DynamicRNN / DynamicGRUV2; LiftError for the attributes ONNX lacks."""
     direction = lf.attr(op, "direction", "s", "UNIDIRECTIONAL")
     if direction not in _DIRECTION:
         raise LiftError(f"direction {direction!r} (Kiln reads {', '.join(_DIRECTION)})")
@@ -50,11 +73,7 @@ def _check_attrs(lf: Lifter, op: OmOp) -> tuple[str, str, float]:
     clip = lf.attr(op, "cell_clip", "f", -1.0)
     if not isinstance(clip, float) or clip >= 0:
         raise LiftError(f"cell_clip={clip} (ONNX's clip bounds the gates, not the cell) is not supported")
-    order = lf.attr(op, "gate_order", "s", "ijfo")
-    assert isinstance(order, str)
-    bias = lf.attr(op, "forget_bias", "f", 0.0)
-    assert isinstance(bias, float)
-    return _DIRECTION[str(direction)], order, bias
+    return _DIRECTION[str(direction)]
 
 
 def _final_step_slice(lf: Lifter, user: OmOp, steps: int, direction: str) -> bool:
@@ -116,3 +135,48 @@ def _dynamic_rnn(lf: Lifter, op: OmOp) -> list[Value | None]:
         lf.unavailable(op, port, f"DynamicRNN's gate output {DYNAMIC_RNN_OUTPUTS[port]!r} has no ONNX form")
     lf.unavailable(op, 2, "output_c at every step has no ONNX form")
     return [y, y, None]
+
+
+@lifter("DynamicGRUV2", multi_output=True)
+def _dynamic_gru_v2(lf: Lifter, op: OmOp) -> list[Value | None]:
+    direction = _check_common(lf, op)
+    order, reset_after = lf.attr(op, "gate_order", "s", "zrh"), lf.attr(op, "reset_after", "b", True)
+    try:
+        blocks = gru_gate_blocks(str(order))
+    except ValueError as exc:
+        raise LiftError(str(exc)) from None
+    refs = list(op.inputs) + [""] * 7
+    if refs[5]:
+        raise LiftError("seq_length is not supported")
+    x = lf.value(refs[0])
+    if x is None or x.type.rank != 3:
+        raise LiftError("x must be a 3-D [T, B, I] tensor")
+    steps, batch, n_in = x.type.static_shape
+    wi, wh = lf.const(op, 1, "weight_input"), lf.const(op, 2, "weight_hidden")
+    hid = wh.shape[0] if wh.ndim == 2 else 0
+    if wi.shape != (n_in, 3 * hid) or wh.shape != (hid, 3 * hid):
+        raise LiftError(f"weight_input {list(wi.shape)} / weight_hidden {list(wh.shape)} do not fit x")
+    cols = np.concatenate([np.arange(m * hid, (m + 1) * hid) for m in blocks])
+    biases: list[np.ndarray | None] = []
+    for port, what in ((3, "bias_input"), (4, "bias_hidden")):
+        b = lf.const(op, port, what).reshape(-1) if refs[port] else None
+        if b is not None and b.shape != (3 * hid,):
+            raise LiftError(f"{what} {list(b.shape)} is not [{3 * hid}]")
+        biases.append(None if b is None else b[cols])
+    W = lf.g.add_constant(np.ascontiguousarray(wi[:, cols].T[None]), f"{op.name}/W")
+    R = lf.g.add_constant(np.ascontiguousarray(wh[:, cols].T[None]), f"{op.name}/R")
+    B = None
+    if any(b is not None for b in biases):
+        parts = [np.zeros(3 * hid, wi.dtype) if b is None else b for b in biases]
+        B = lf.g.add_constant(np.concatenate(parts)[None], f"{op.name}/B")
+    h0 = lf.value(refs[6])
+    if h0 is not None and h0.type.rank == 2:
+        shape = lf.g.add_constant(np.array([1, batch, hid], np.int64), f"{op.name}/init_h_shape")
+        h0 = lf.node("Reshape", [h0, shape], None, f"{op.name}/initial_h")
+    attrs = {"hidden_size": hid, "direction": direction, "linear_before_reset": int(bool(reset_after))}
+    y4, _ = lf.multi("GRU", [x, W, R, B, None, h0], attrs, [f"{op.name}/Y", f"{op.name}/Y_h"])
+    shape = lf.g.add_constant(np.array([steps, batch, hid], np.int64), f"{op.name}/shape")
+    y = lf.node("Reshape", [y4, shape], None, op.name)
+    for port in range(2, len(DYNAMIC_GRU_OUTPUTS)):
+        lf.unavailable(op, port, f"DynamicGRUV2's gate output {DYNAMIC_GRU_OUTPUTS[port]!r} has no ONNX form")
+    return [y, y]

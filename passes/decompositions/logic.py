@@ -12,6 +12,9 @@
   order; for floats NaN would compare neither less nor greater, so they are refused).
 * isinf-equal: IsInf(x) = Equal(|x|, inf); with only detect_positive Equal(x, inf), with only
   detect_negative Equal(x, -inf) (float x; NaN equals nothing, as IsInf(NaN) = false).
+* xor-or-and: Xor(a, b) = And(Or(a, b), Not(And(a, b))) for bool a, b (true where exactly one
+  is); the CANN backend's form (GE's op set has no LogicalXor; ATC writes Cast -> BitwiseXor ->
+  Cast instead).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
 from passes.decompositions._util import base_name, replace_outputs
 
-__all__ = ["WHERE_AFFINE", "AND_MUL", "EQUAL_COMPARE", "ISINF_EQUAL", "where_affine_reason"]
+__all__ = ["WHERE_AFFINE", "AND_MUL", "EQUAL_COMPARE", "ISINF_EQUAL", "XOR_OR_AND", "where_affine_reason"]
 
 
 def where_affine_reason(x: np.ndarray | None, y: np.ndarray | None) -> str | None:
@@ -155,5 +158,26 @@ ISINF_EQUAL = register_decomposition(
         _isinf_check,
         _isinf_rewrite,
         "IsInf(x) = Equal(|x|, inf) (or Equal(x, +-inf) for one sign)",
+    )
+)
+
+
+def _xor_rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
+    a, c = graph.inputs_of(node)
+    assert a is not None and c is not None
+    b = base_name(node)
+    either = rw.op("Or", [a, c], name=f"{b}_or")
+    not_both = rw.op("Not", [rw.op("And", [a, c], name=f"{b}_and")], name=f"{b}_nand")
+    replace_outputs(rw, node, [rw.op("And", [either, not_both], name=b)])
+
+
+XOR_OR_AND = register_decomposition(
+    Decomposition(
+        "xor-or-and",
+        "Xor",
+        ("Or", "And", "Not"),
+        _and_check,
+        _xor_rewrite,
+        "Xor(a, b) = (a or b) and not (a and b) for bool a, b",
     )
 )

@@ -12,7 +12,7 @@ FullyConnection, BNInference, LayerNorm, Reshape, TransposeD, ConcatD, ClipByVal
 Expand, PadV3, SplitD/SplitVD, TensorMove + ScatterNd*, DynamicRNN and the int8 ops) live in
 ``lower_nn.py`` / ``lower_tensor.py`` / ``lower_rnn.py`` / ``lower_quant.py`` and in the
 frontend's lift modules. ``DYNAMIC_RNN_*`` and :func:`lstm_gate_blocks` are the DynamicRNN
-conventions both directions share.
+conventions both directions share, ``DYNAMIC_GRU_*`` and :func:`gru_gate_blocks` DynamicGRUV2's.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ __all__ = [
     "DYNAMIC_RNN_DIRECTIONS",
     "DYNAMIC_RNN_ATTRS",
     "lstm_gate_blocks",
+    "DYNAMIC_GRU_OUTPUTS",
+    "DYNAMIC_GRU_ATTRS",
+    "gru_gate_blocks",
 ]
 
 
@@ -122,7 +125,7 @@ _COMPARE: tuple[tuple[str, str], ...] = (
     ("Not", "LogicalNot"),
     ("Or", "LogicalOr"),
     ("And", "LogicalAnd"),
-)
+)  # no Xor: GE has no LogicalXor (only the HiAI DDK set does); decompose writes xor-or-and
 _REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 _RESIZE_ATTRS = (
     AttrRule("coordinate_transformation_mode", "coordinate_transformation_mode", "s"),
@@ -241,3 +244,34 @@ def lstm_gate_blocks(gate_order: str) -> tuple[int, ...]:
     if sorted(gate_order) != sorted("ijfo"):
         raise ValueError(f"gate_order {gate_order!r} is not a permutation of 'ijfo'")
     return tuple(gate_order.index(g) for g in "iofj")
+
+
+# ---------------------------------------------------------------- DynamicGRUV2 (GRU)
+DYNAMIC_GRU_OUTPUTS = ("y", "output_h", "update", "reset", "new", "hidden_new")
+"""DynamicGRUV2's outputs, each [T, B, H]: y and h at every step, then the gate activations."""
+
+DYNAMIC_GRU_ATTRS = MappingProxyType(
+    {
+        "cell_depth": Attr.i(1),
+        "keep_prob": Attr.f(1.0),
+        "cell_clip": Attr.f(-1.0),
+        "num_proj": Attr.i(0),
+        "time_major": Attr.b(True),
+        "activation": Attr.s("tanh"),
+        "gate_order": Attr.s("zrh"),
+        "reset_after": Attr.b(True),
+        "is_training": Attr.b(False),
+    }
+)
+"""The attributes Kiln writes on every DynamicGRUV2 besides ``direction`` (ONNX's GRU with
+linear_before_reset=1; the op's kernel accepts no other ``reset_after``)."""
+
+
+def gru_gate_blocks(gate_order: str) -> tuple[int, ...]:
+    """For each ONNX gate block (z, r, h), its block index in a DynamicGRUV2 weight of ``gate_order``.
+
+    GE's ``zrh`` is ONNX's own order; the kernel also reads ``rzh``. Raises ValueError otherwise.
+    """
+    if gate_order not in ("zrh", "rzh"):
+        raise ValueError(f"gate_order {gate_order!r} is neither 'zrh' nor 'rzh'")
+    return tuple(gate_order.index(g) for g in "zrh")

@@ -11,7 +11,11 @@ Equal(a, b)        BinaryOp EQUAL (likewise LESS, GREATER, LESS_EQUAL, GREATER_E
                    b), LESS_EQUAL(a, b)) on int32, because MNN 3.6.1's float LESS compares the
                    bit patterns as int32 (observed: -0.54 < -0.62 and 1 < NaN give true) and
                    its float EQUAL compares bits (-0 == 0 false, NaN == NaN true); GREATER,
-                   GREATER_EQUAL and LESS_EQUAL are right, NaN and -0 included
+                   GREATER_EQUAL and LESS_EQUAL are right, NaN and -0 included, except
+                   when both float operands broadcast (neither has the output shape, e.g.
+                   [2, 1, 5] against [2, 3, 1]): then every float comparison compares the
+                   bit patterns as int32 (observed: -0.5 > -0.22 true), so a is first
+                   BroadcastTo the output shape (one-sided broadcasts compare floats)
 Or / Xor(a, b)     BinaryOp LOGICALOR / LOGICALXOR
 And(a, b)          BinaryOp MUL on int32: a * b = a and b for a, b in {0, 1}
 Not(a)             BinaryOp EQUAL(a, 0): 1 - a for a in {0, 1}
@@ -75,9 +79,23 @@ def _emit_binary(ctx: LowerContext, node: Node, kind: int, a: int, b: int, integ
     ctx.emit("BinaryOp", ctx.op_name(node), [a, b], [out], binary_table(kind, integer))
 
 
+def _full(ctx: LowerContext, node: Node, a: Value, b: Value, ta: int) -> int:
+    """``ta``, BroadcastTo the output shape when a and b are floats that both broadcast."""
+    shape = ctx.shape(ctx.graph.value(node))
+    if _is_int(a) or ctx.shape(a) == shape or ctx.shape(b) == shape:
+        return ta
+    name, base = ctx.op_name(node), ctx.graph.value(node).name
+    full = ctx.temp(f"{base}__a")
+    dims = ctx.const_tensor(np.asarray(shape, np.int32), f"{name}__shape")
+    ctx.emit("BroadcastTo", f"{name}__a", [ta, dims], [full], None)
+    return full
+
+
 def _lower_compare(ctx: LowerContext, node: Node) -> None:
     a, b = _inputs(ctx.graph, node)
     ta, tb = ctx.tensor(a, Format.NCHW), ctx.tensor(b, Format.NCHW)
+    if node.op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
+        ta = _full(ctx, node, a, b, ta)
     if _is_int(a) or node.op not in ("Less", "Equal"):
         _emit_binary(ctx, node, COMPARE_OPS[node.op], ta, tb, _is_int(a))
     elif node.op == "Less":  # a < b = b > a (MNN 3.6.1's float LESS compares the bits as int32)

@@ -6,14 +6,24 @@ Every operand is an NCHW tensor; Kiln's int64 tensors are MNN int32 tensors. The
 =====================  ================================================================
 TopK(x, k)             TopKV2(x, k, axis) {largest, sorted: true}, k and axis int32 consts;
                        values only: MNN 3.6.1 orders equal values in no fixed order
-                       (observed: neither by ascending nor by descending index), where
-                       ONNX puts the lower index first, so a TopK whose indices are read
-                       is refused
+                       (observed: neither by ascending nor by descending index; its int32
+                       indices are right only where the values are distinct), where ONNX
+                       puts the lower index first, so a TopK whose indices are read is
+                       refused here and ``decompose`` writes it as ``topk-stable-indices``
+                       (passes/decompositions/indexing.py): TopKV2 for the values, the
+                       indices found by counting occurrences, exact
 ArgMax / ArgMin(x)     ArgMax / ArgMin {axis, topK 1} (the axis is dropped), then a Reshape
                        to the output shape when keepdims = 1
 Tile(x, r)             Tile(x, r), r an int32 constant
 GatherElements(d, i)   GatherElements(d, i', axis) with i' = i + dims[axis] * (i < 0)
-GatherND(d, i)         GatherND(d, i') with i' = i + dims[:m] * (i < 0), m = i.shape[-1]
+GatherND(d, i)         GatherND(d, i') with i' = i + dims[:m] * (i < 0), m = i.shape[-1];
+                       batch_dims > 0 is refused (MNN's GatherND has no such parameter) and
+                       ``decompose`` writes ``gathernd-batch``: a GatherND of the batch-
+                       flattened data with a batch index column. MNN 3.6.1's own converter
+                       expands batch_dims into a 28-op index computation that gives wrong
+                       values whenever the index tuples have 2 or more columns (observed:
+                       [2,3,4,5] by [2,3,2], batch_dims 1), and leaves negative indices
+                       unwrapped
 CumSum(x, a)           CumSum(x, a) {exclusive, reverse}
 OneHot(i, n, [f, t])   OneHot(i', n, t, f) {axis, dType} (MNN's order: on before off) with
                        i' = i + n * (i < 0), which keeps an index outside [-n, n) outside
@@ -96,7 +106,7 @@ def _check_const(port: int, what: str) -> Check:
 def _check_topk_indices(graph: Graph, node: Node) -> str | None:
     i = graph.value(node, 1)
     if graph.users(i) or any((o.node, o.port) == (i.node, i.port) for o in graph.outputs):
-        return "the indices output (MNN 3.6.1's TopKV2 orders equal values arbitrarily)"
+        return "the indices output (MNN 3.6.1's TopKV2 orders ties arbitrarily; see topk-stable-indices)"
     return None
 
 
@@ -152,7 +162,7 @@ def _lower_gather_elements(ctx: LowerContext, node: Node) -> None:
 
 
 def _check_gather_nd(graph: Graph, node: Node) -> str | None:
-    return "batch_dims != 0" if node.attrs.batch_dims else None
+    return "batch_dims != 0 (MNN's GatherND has none; see gathernd-batch)" if node.attrs.batch_dims else None
 
 
 def _lower_gather_nd(ctx: LowerContext, node: Node) -> None:
