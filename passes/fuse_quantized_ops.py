@@ -12,14 +12,17 @@ With dq(q; s, z) = (q - z) s, s_w per output channel and s_b = s_x s_w (Kiln's b
 
 Both need constant per-tensor activation parameters, int8 weights with zero point 0 (per
 tensor or per output channel), an int32 bias on the s_x s_w grid and an int32 accumulator
-that cannot overflow; a conv also needs rank-4 data and group 1 or depthwise. DequantizeLinear
+that cannot overflow; a conv also needs rank-4 data (or, with ``conv1d=1``, rank-3: the 1-D conv
+becomes Squeeze(QConv2d(Unsqueeze(x_q, [2]), W_q[:, :, None]; window (1, k)), [2]), exact as the
+2-D window reads the 1-D one's elements only) and group 1 or depthwise. DequantizeLinear
 nodes left without users are removed by the rewriter. Every refusal is recorded with its reason
 in ``ctx.near_misses``.
 
 Options (a backend's legalization pipeline picks them): ``depthwise=0`` keeps depthwise convs
 in QDQ form (MNN: its int8 depthwise kernel is wrong), ``float_out=0`` keeps regions whose
 output stays float, ``gemm=0`` keeps Gemm/MatMul in QDQ form, ``matmul=0`` keeps MatMul in
-QDQ form (CANN: its FullyConnection reads 2-D data, and MatMul may be batched).
+QDQ form (CANN: its FullyConnection reads 2-D data, and MatMul may be batched), ``conv1d=1``
+fuses 1-D convs too (TVM: a whisper-style conv front end then runs on the int8 conv kernel).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from compiler.ops.qgemm import QGemmAttrs
 from compiler.pass_infra import Pass, PassContext, register_pass
 from compiler.pattern import Const, Match, Op, Rule, apply_rules
 from compiler.rewriter import PassResult, Rewriter
+from passes.decompositions.spatial import attrs_2d
 
 __all__ = [
     "FuseQuantizedOps",
@@ -173,16 +177,16 @@ def is_depthwise(graph: Graph, conv: Node) -> bool:
     return conv.attrs.group == x.type.shape[1] == w.type.shape[0]
 
 
-def _conv_operands(graph: Graph, conv: Node, depthwise: bool) -> _Operands | str:
-    """The integer operands of a QDQ conv, or why it is not one."""
+def _conv_operands(graph: Graph, conv: Node, depthwise: bool, conv1d: bool = False) -> _Operands | str:
+    """The integer operands of a QDQ conv (rank-3 x too with ``conv1d``), or why it is not one."""
     a: ConvAttrs = conv.attrs
     ins = graph.inputs_of(conv)
     x = _activation(graph, ins[0], "input x")
     if isinstance(x, str):
         return x
     tx = x.value.type
-    if tx.rank != 4:
-        return f"input x has rank {tx.rank}, not 4"
+    if tx.rank != 4 and not (conv1d and tx.rank == 3):
+        return f"input x has rank {tx.rank}, not {'3 or 4' if conv1d else 4}"
     channels = tx.shape[1] if tx.shape is not None else None
     if a.group != 1 and a.group != channels:
         return f"group {a.group} is neither 1 nor depthwise"
@@ -286,7 +290,18 @@ def _qconv(rw: Rewriter, conv: Node, ops: _Operands, out: str, y: _QParam | None
     ins: list[Value | None] = [ops.x.value, ops.w, ops.bias, ops.residual.value if ops.residual else None]
     while ins[-1] is None:
         ins.pop()
-    return rw.op("QConv", ins, attrs, domain=KILN, like=conv)
+    if ops.x.value.type.rank != 3:
+        return rw.op("QConv", ins, attrs, domain=KILN, like=conv)
+    # 1-D: the 2-D conv on [N, C, 1, L] with the window (1, k) (see the module docstring)
+    base = conv.name or conv.output_names[0]
+    axes = rw.const(np.asarray([2], np.int64), f"{base}_h")
+    assert ops.w.const is not None
+    ins[1] = rw.const(np.expand_dims(ops.w.const, 2), f"{base}_w2d")
+    ins[0] = rw.op("Unsqueeze", [ops.x.value, axes], name=f"{base}_x2d")
+    if ops.residual is not None:
+        ins[3] = rw.op("Unsqueeze", [ops.residual.value, axes], name=f"{base}_r2d")
+    y2d = rw.op("QConv", ins, attrs_2d(attrs), domain=KILN, name=f"{base}_2d")
+    return rw.op("Squeeze", [y2d, axes], name=f"{base}_1d")
 
 
 def _qgemm(rw: Rewriter, node: Node, ops: _Operands, trans_b: int, out: str, y: _QParam | None) -> Value:
@@ -334,9 +349,10 @@ class _Fusion(Rule):
 @dataclass
 class _ConvFusion(_Fusion):
     option: bool = True
+    conv1d: bool = False  # fuse rank-3 (1-D) convs as 2-D ones on [N, C, 1, L]
 
     def operands(self, graph: Graph, node: Node) -> _Operands | str:
-        return _conv_operands(graph, node, self.option)
+        return _conv_operands(graph, node, self.option, self.conv1d)
 
     def build(self, rw: Rewriter, node: Node, ops: _Operands, out: str, y: _QParam | None) -> Value:
         return _qconv(rw, node, ops, out, y)
@@ -417,10 +433,12 @@ class FuseQuantizedOps(Pass):
     float_out: bool = True  # fuse regions whose output stays float (QConv/QGemm{out = float32})
     gemm: bool = True  # fuse Gemm/MatMul into QGemm
     matmul: bool = True  # with gemm: fuse MatMul too (else only Gemm)
+    conv1d: bool = False  # fuse 1-D convs (rank-3 x) as 2-D QConvs with H = 1
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        quantized: list[Rule] = [QuantizedConv(self.depthwise), QuantizedFusedConv(self.depthwise)]
-        float_out: list[Rule] = [FloatOutConv(self.depthwise), FloatOutFusedConv(self.depthwise)]
+        dw, c1 = self.depthwise, self.conv1d
+        quantized: list[Rule] = [QuantizedConv(dw, c1), QuantizedFusedConv(dw, c1)]
+        float_out: list[Rule] = [FloatOutConv(dw, c1), FloatOutFusedConv(dw, c1)]
         if self.gemm:
             quantized.append(QuantizedGemm(self.matmul))
             float_out.append(FloatOutGemm(self.matmul))

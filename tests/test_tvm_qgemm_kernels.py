@@ -153,6 +153,30 @@ def test_spec_shift_and_padding_rules() -> None:
     assert qdense_kind(resolve_target("cuda")) == "plain"
 
 
+def test_vnni_tile_accumulators_fit_the_stack() -> None:
+    """The register tile's int32 accumulators stay under TVM's stack limit, so the kernel makes no
+    workspace call per tile (LLVM keeps a stack tile in registers); a 150-row product (no row padding,
+    so no pad stage either) has no TVMBackendAllocWorkspace at all. Must-not-fire: a tile forced to
+    5 rows x 4 blocks (1280 bytes) allocates one per tile."""
+    from backends.tvm.kernels.dense_int8 import column_tile
+    from backends.tvm.schedule_nest import fits_stack
+
+    t = X86["vnni"]
+    for m, k, n in ((200, 128, 128), (197, 192, 576), (128, 768, 768), (1500, 384, 384), (8, 64, 32)):
+        s = qdense_spec(m, k, n, t, "uint8", 3, "uint8", 0)
+        assert fits_stack(s.row_tile * column_tile(s.kind, s.block, s.chunks) * s.block), s
+    spec = qdense_spec(150, 128, 128, t, "uint8", 3, "uint8", 0)
+    assert spec.row_tile == 3 and not spec.needs_pad
+
+    def allocs(s: QDenseSpec) -> int:
+        k = qdense_kernel(s, t)
+        lib = tvm.compile(tvm.IRModule({k.name: k.func}), t.tvm_target())
+        return lib.mod.inspect_source("ll").count("load ptr, ptr @__TVMBackendAllocWorkspace")
+
+    assert allocs(spec) == 0
+    assert allocs(replace(spec, row_tile=5)) == 1
+
+
 _FUNC = re.compile(r"^[0-9a-f]+ <([^>]+)>:$")
 
 

@@ -25,7 +25,7 @@ from compiler.rewriter import Rewriter
 from passes.decompositions import Decomposition, register_decomposition
 from passes.decompositions._util import base_name, ints, replace_outputs, used
 
-__all__ = ["SPATIAL_1D"]
+__all__ = ["SPATIAL_1D", "attrs_2d"]
 
 
 def _two_d(values: tuple[int, ...], fill: int) -> tuple[int, ...]:
@@ -37,7 +37,7 @@ def _pads_2d(pads: tuple[int, ...]) -> tuple[int, ...]:
     return (0, pads[0], 0, pads[1]) if pads else ()
 
 
-def _attrs_2d(attrs: Any) -> Any:
+def attrs_2d(attrs: Any) -> Any:
     """The 2-D attrs of a 1-D window op (Conv, ConvTranspose, MaxPool, AveragePool)."""
     changes: dict[str, tuple[int, ...]] = {"pads": _pads_2d(tuple(attrs.pads))}
     for f in ("kernel_shape", "strides", "dilations", "output_padding"):
@@ -73,7 +73,7 @@ def _rewrite(rw: Rewriter, graph: Graph, node: Node) -> None:
         assert w is not None
         new_ins += [_unsqueeze(rw, w, axes, f"{b}_w2d"), *ins[2:]]
     is_global = node.op.startswith("Global")
-    attrs = node.attrs if is_global else _attrs_2d(node.attrs)
+    attrs = node.attrs if is_global else attrs_2d(node.attrs)
     n_out = 2 if node.op == "MaxPool" and node.num_outputs > 1 and used(graph, node, 1) else 1
     y2d = rw.graph.add_node(node.op, new_ins, attrs, name=f"{b}_2d", num_outputs=n_out)
     new: list[Value | None] = []
