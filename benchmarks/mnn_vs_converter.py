@@ -70,6 +70,8 @@ ZOO_MODELS = [
     "distilbert",
     "albert",
     "gpt2",
+    "t5_encoder",
+    "mobilebert",
     "vit_tiny_patch16_224",
     "hf_vit",
     "whisper_encoder",

@@ -112,7 +112,7 @@ def test_erf_gelu_fuses_and_runs_packed(tmp_path: Path, shape: str, arg: str) ->
     graph, mnn, worst = _run(_mlp(shape, arg), tmp_path)
     ops = [n.op for n in graph.ops()]
     assert ops.count("Gelu") == 1 and "Erf" not in ops
-    assert ops.count("Mul") == (1 if shape == "xp" else 0)  # x * p = Gelu(x) * 2
+    assert ops.count("Mul") == 0  # x * p = Gelu(x) * 2, the 2 folded into W2
     assert _unary_kinds(mnn) == [fb.UnaryOpOperation.SIGMOID]
     types = mnn_op_types(mnn)
     # x is packed once for both of its fully connected layers; the Gelu runs on the first one's
@@ -158,3 +158,11 @@ def test_gelu_rational_is_exact_to_float32_rounding() -> None:
     y = x * (1 / (1 + np.exp(-u.astype(np.float64)))).astype(np.float32)
     exact = 0.5 * x.astype(np.float64) * (1 + erf(x.astype(np.float64) / math.sqrt(2)))
     assert np.abs(y - exact).max() <= 1.7e-6
+
+
+def test_gelu_times_two_keeps_its_mul_when_the_product_is_read_elsewhere(tmp_path: Path) -> None:
+    """x * (1 + erf(x / sqrt(2))) also a graph output: the 2 cannot go into W2, Gelu(x) * 2 stays."""
+    graph, mnn, worst = _run(_mlp("xp", extra_out="g"), tmp_path)
+    ops = [n.op for n in graph.ops()]
+    assert ops.count("Gelu") == 1 and ops.count("Mul") == 1
+    assert worst <= MAX_REL

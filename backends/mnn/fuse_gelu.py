@@ -3,11 +3,13 @@
     x * 1/2 * (1 + erf(x / sqrt(2))) = Gelu(x; approximate=none)
 
 in each association of the three factors ((x * p) * 1/2, (x * 1/2) * p, x * (p * 1/2), p = 1 + erf),
-and x * p = Gelu(x) * 2 where the 1/2 was folded into the next layer,
-and with the argument written as x / sqrt(2) or x * (1/sqrt(2)); the constants must equal sqrt(2),
-1/sqrt(2), 1 and 1/2 to float32 rounding (relative 1e-6) and be scalars, and the interior values must
-have no other users. MNN's exact erf kernel is scalar and slow; the Gelu lowering
-(:mod:`backends.mnn.lower.gelu`) computes the same function with vectorized kernels.
+and x * p = Gelu(x) * 2 where the 1/2 was folded into the next layer (the 2 goes back into that
+layer's weights, L(2 g; W) = L(g; 2 W), exact in float32, where it is a Conv, MatMul or Gemm with a
+constant weight that alone reads the product, possibly through reshapes), and with the argument
+written as x / sqrt(2) or x * (1/sqrt(2)); the constants must equal sqrt(2), 1/sqrt(2), 1 and 1/2
+to float32 rounding (relative 1e-6) and be scalars, and the interior values must have no other users.
+MNN's exact erf kernel is scalar and slow; the Gelu lowering (:mod:`backends.mnn.lower.gelu`)
+computes the same function with vectorized kernels.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.ir.graph import Graph
+from compiler.ir.graph import Graph, Node, Value
 from compiler.ops.elementwise import GeluAttrs
 from compiler.pass_infra import Pass, PassContext, register_pass
 from compiler.pattern import Any_, Const, Match, Op, Rule, apply_rules
@@ -77,9 +79,44 @@ class ErfGeluTwice(ErfGelu):
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         x = m.value("x")
+        graph = rw.graph
+        out = graph.value(m.root)
+        layer = _linear_reader(graph, out)
+        if layer is not None:
+            w = graph.inputs_of(layer)[1]
+            assert w is not None and w.const is not None
+            doubled = rw.const(w.const * np.asarray(2, w.const.dtype), f"{w.name}__x2")
+            graph.set_input(layer, 1, doubled)
+            rw.replace(out, rw.op("Gelu", [x], GeluAttrs("none"), like=m.root), take_name=True)
+            return
         gelu = rw.op("Gelu", [x], GeluAttrs("none"), name=f"{m.root.name}__gelu")
         two = rw.const(np.array(2.0, x.type.dtype.numpy), f"{m.root.name}__two")
-        rw.replace(rw.graph.value(m.root), rw.op("Mul", [gelu, two], like=m.root), take_name=True)
+        rw.replace(out, rw.op("Mul", [gelu, two], like=m.root), take_name=True)
+
+
+_RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})  # pass 2 g through unchanged
+_LINEAR = frozenset({("", "Conv"), ("", "MatMul"), ("", "Gemm"), ("kiln", "FusedConv")})
+
+
+def _linear_reader(graph: Graph, v: Value) -> Node | None:
+    """The layer linear in ``v`` that alone reads it (input 0; a constant float weight at 1), or None."""
+    while True:
+        users = graph.users(v)
+        if len(users) != 1 or graph.is_output(v):
+            return None
+        node, port = users[0]
+        if node.op not in _RESHAPES or node.domain or port != 0:
+            break
+        v = graph.value(node)
+    ins = graph.inputs_of(node)
+    if (node.domain, node.op) not in _LINEAR or port != 0 or len(ins) < 2 or ins[0] is ins[1]:
+        return None
+    w = ins[1]
+    if w is None or w.const is None or not np.issubdtype(w.const.dtype, np.floating):
+        return None
+    if node.op == "Gemm" and (node.attrs.transA or node.attrs.alpha != 1.0):
+        return None
+    return node
 
 
 def _rules() -> list[Rule]:

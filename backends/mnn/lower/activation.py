@@ -13,7 +13,10 @@ hard_swish     UnaryOp HARDSWISH: x * relu6(x + 3) / 6
 hard_sigmoid   BinaryOp MUL a, BinaryOp ADD b, ReLU6{0, 1}: clip(a x + b, 0, 1)
 =============  ====================================================================
 
-All of them keep the layout of their input.
+All of them keep the layout of their input. On a fully connected layer's output they run on its
+packed [P, N, 1, 1] NC4HW4 form and keep it (``LowerContext.rows_view``), so the next fully connected
+layer reads it without a layout copy; a ReLU / ReLU6 there then becomes the conv's own
+``relu`` / ``relu6`` flag (:func:`backends.mnn.lower.fuse_conv_act.fuse_conv_activation`).
 
 Gelu (erf form) has its own lowering (:mod:`backends.mnn.lower.gelu`, a sigmoid of a rational
 function; ``mnn-fuse-gelu`` finds the erf pattern); the ``gelu-tanh`` decomposition writes the tanh
@@ -31,6 +34,8 @@ form (Mul, UnaryOp TANH, Add, Mul). MNN 3.6.1's native forms are either slow or 
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -65,6 +70,8 @@ UNARY_OPS: dict[str, int] = {
     "Tanh": fb.UnaryOpOperation.TANH,
     "HardSwish": fb.UnaryOpOperation.HARDSWISH,
 }
+# f(0) is infinite: the packed form's zero channel padding would reach the next conv as inf * 0
+_INF_AT_ZERO = frozenset({"Log", "Reciprocal"})
 _ACT_UNARY = {"sigmoid": "Sigmoid", "tanh": "Tanh", "hard_swish": "HardSwish"}
 
 
@@ -127,24 +134,47 @@ def _check_activation(graph: Graph, node: Node) -> str | None:
     return None
 
 
+def _packed_rows(ctx: LowerContext, node: Node) -> int | None:
+    """The packed [P, N, 1, 1] form of the input when it has one (a fully connected layer's output)."""
+    x_value = ctx.graph.inputs_of(node)[0]
+    assert x_value is not None
+    if ctx.int8_form or node.op in _INF_AT_ZERO or ctx.shape(x_value) != ctx.shape(ctx.graph.value(node)):
+        return None
+    return ctx.rows_view(x_value)
+
+
+def _lower_elementwise(ctx: LowerContext, node: Node, emit: Callable[[int, int, Format, str], None]) -> None:
+    """``emit(x, out, fmt, name)`` on the input's packed rows when it has them, else in its layout."""
+    x_value = ctx.graph.inputs_of(node)[0]
+    assert x_value is not None
+    value = ctx.graph.value(node)
+    name = ctx.op_name(node)
+    rows = _packed_rows(ctx, node)
+    if rows is not None:
+        packed = ctx.temp(f"{value.name}__rows")
+        emit(rows, packed, Format.NC4HW4, f"{name}__rows")
+        ctx.define_rows(value, packed, name)
+        return
+    fmt = ctx.format_of(x_value)
+    x = ctx.tensor(x_value, fmt)
+    emit(x, ctx.define(value, fmt), fmt, name)
+
+
 def _lower_activation(ctx: LowerContext, node: Node) -> None:
     act = _activation(node, ctx.graph)
     assert act is not None
-    x_value = ctx.graph.inputs_of(node)[0]
-    assert x_value is not None
-    fmt = ctx.format_of(x_value)
-    x = ctx.tensor(x_value, fmt)
-    out = ctx.define(ctx.graph.value(node), fmt)
-    emit_activation(ctx, act[0], act[1], act[2], x, out, fmt, ctx.op_name(node))
+
+    def emit(x: int, out: int, fmt: Format, name: str) -> None:
+        emit_activation(ctx, act[0], act[1], act[2], x, out, fmt, name)
+
+    _lower_elementwise(ctx, node, emit)
 
 
 def _lower_unary(ctx: LowerContext, node: Node) -> None:
-    x_value = ctx.graph.inputs_of(node)[0]
-    assert x_value is not None
-    fmt = ctx.format_of(x_value)
-    x = ctx.tensor(x_value, fmt)
-    out = ctx.define(ctx.graph.value(node), fmt)
-    ctx.emit("UnaryOp", ctx.op_name(node), [x], [out], _unary(UNARY_OPS[node.op]))
+    def emit(x: int, out: int, fmt: Format, name: str) -> None:
+        ctx.emit("UnaryOp", name, [x], [out], _unary(UNARY_OPS[node.op]))
+
+    _lower_elementwise(ctx, node, emit)
 
 
 def _check_unary(graph: Graph, node: Node) -> str | None:

@@ -10,7 +10,8 @@
 5. Net-level peepholes (float nets; an int8 net keeps its tensor indexes for the quant info):
    a ReLU whose input is the sole use of a float ``BinaryOp`` ADD/SUB/MUL result becomes that
    op's fused ``activationType = 1`` (``y = max(a op b, 0)``, one pass over the data instead of
-   two); ``BinaryOp MUL(a, UnaryOp SIGMOID(a))`` whose sigmoid nothing else reads becomes
+   two), and one right after a float conv its ``relu`` / ``relu6`` flag (``fuse_conv_act``);
+   ``BinaryOp MUL(a, UnaryOp SIGMOID(a))`` whose sigmoid nothing else reads becomes
    ``UnaryOp SILU(a)`` (SiLU / swish, as MNN's converter writes it: one kernel instead of two); then
    ops whose outputs nothing reads (and that are no graph output) are dropped, and
    the tensors no op names any more are removed from the tensor table (indexes compacted, order
@@ -26,6 +27,7 @@ import numpy as np
 
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext, mnn_dtype
+from backends.mnn.lower.fuse_conv_act import fuse_conv_activation
 from backends.mnn.lower.int8_net import finish_int8
 from backends.mnn.lower.linear import reshape_table
 from backends.mnn.lower.quant import expand_qconv, fold_weight_dequant, integer_form
@@ -111,9 +113,10 @@ def lower_graph(
         log.info("MNN: %d int8 convolutions", finish_int8(net))
     net.output_names = outputs
     if not int8_form:
-        fused = fuse_binary_relu(net)
+        dropped = drop_dead_ops(net)  # first the unread NCHW copies of packed rows (a fusion's reader)
+        fused = fuse_binary_relu(net) + fuse_conv_activation(net)
         silu = fuse_silu(net)
-        dropped = drop_dead_ops(net)
+        dropped += drop_dead_ops(net)
         log.debug("MNN: %d ReLU fused into BinaryOp, %d SiLU, %d dead ops dropped", fused, silu, dropped)
     log.info("MNN: %d ops, %d tensors", len(net.ops), len(net.tensor_names))
     return net, ctx.external

@@ -1,4 +1,4 @@
-"""LayerNormalization -> MNN's own LayerNorm op (OpType 603, param ``LayerNorm``).
+"""LayerNormalization and RMSNormalization -> MNN's own LayerNorm op (OpType 603, param ``LayerNorm``).
 
 MNN 3.6.1's CPU kernel (``CPULayerNorm``, reported under its own type by the per-op
 callback) normalizes over the last ``len(axis)`` axes of an NCHW tensor:
@@ -8,6 +8,11 @@ with ``gamma``/``beta`` one float per normalized element (both or neither). Kiln
 broadcast to the normalized shape and flattened (a zero ``beta`` when B is absent), and
 ``group`` 1. Refused (the ``layer-norm`` decomposition then applies): a non-constant
 scale or bias, a used Mean/InvStdDev output, a non-float32 input.
+
+RMSNormalization (``fuse-rms-norm`` finds the decomposed form, T5's Pow / ReduceMean / Add /
+Sqrt / Div / Mul) is the same op with ``useRMSNorm = true``, as MNN's converter writes it:
+y = x / sqrt(Σx² / n + epsilon) * gamma (+ beta, written as zeros; no mean is subtracted).
+MNN's decomposed form costs six ops, one of them a general ``POW`` (x²: 24 us of T5's 0.3 ms).
 """
 
 from __future__ import annotations
@@ -42,10 +47,19 @@ def _check_layer_norm(graph: Graph, node: Node) -> str | None:
 
 
 def _lower_layer_norm(ctx: LowerContext, node: Node) -> None:
+    _emit_norm(ctx, node, rms=False)
+
+
+def _lower_rms_norm(ctx: LowerContext, node: Node) -> None:
+    _emit_norm(ctx, node, rms=True)
+
+
+def _emit_norm(ctx: LowerContext, node: Node, rms: bool) -> None:
+    """One LayerNorm op over the axes [axis, rank) (``rms``: without the mean, no B input)."""
     ins = ctx.graph.inputs_of(node)
     x_value, scale_value = ins[0], ins[1]
     assert x_value is not None and scale_value is not None and scale_value.const is not None
-    bias_value = ins[2] if len(ins) > 2 else None
+    bias_value = ins[2] if len(ins) > 2 and not rms else None
     shape = ctx.shape(x_value)
     axis = normalize_axis(node.attrs.axis, len(shape))
     inner = shape[axis:]
@@ -59,6 +73,8 @@ def _lower_layer_norm(ctx: LowerContext, node: Node) -> None:
         "gamma": np.ascontiguousarray(gamma),
         "beta": np.ascontiguousarray(beta),
     }
+    if rms:
+        fields["useRMSNorm"] = True
     x = ctx.tensor(x_value, Format.NCHW)
     out = ctx.define(ctx.graph.value(node), Format.NCHW)
     ctx.emit(
@@ -66,4 +82,18 @@ def _lower_layer_norm(ctx: LowerContext, node: Node) -> None:
     )
 
 
-LOWERINGS: dict[str, Lowering] = {"LayerNormalization": Lowering(_lower_layer_norm, _check_layer_norm)}
+def _check_rms_norm(graph: Graph, node: Node) -> str | None:
+    ins = graph.inputs_of(node)
+    x = ins[0]
+    assert x is not None
+    if x.type.dtype != DType.FLOAT32:
+        return "float32 input only"
+    if len(ins) < 2 or ins[1] is None or ins[1].const is None:
+        return "scale must be constant"
+    return None
+
+
+LOWERINGS: dict[str, Lowering] = {
+    "LayerNormalization": Lowering(_lower_layer_norm, _check_layer_norm),
+    "RMSNormalization": Lowering(_lower_rms_norm, _check_rms_norm),
+}
