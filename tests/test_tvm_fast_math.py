@@ -178,6 +178,6 @@ def test_schedule_rules_are_the_ones_applied() -> None:
     rules = [e["rule"] for e in log]
     classes = {e["op_class"] for e in log}
     assert rules.count("generic:matmul") == 5, rules
-    assert rules.count("generic:row-reduction") >= 2, rules  # the mean, LayerNorm's two means
+    assert rules.count("generic:row-reduction") >= 1, rules  # the mean (LayerNorm: Kiln's row kernel)
     assert {"matmul", "batched_matmul", "reduction", "elementwise"} <= classes, classes
     assert all(e["isa"] == "generic" for e in log)

@@ -106,7 +106,7 @@ def test_manifest_reports_isa_per_op_class(built: tuple[Path, dict[str, Any]]) -
         "grouped_conv": ([simd], "grouped_nchwc"),
         "matmul": (["generic"], "generic:matmul"),
         "batched_matmul": (["generic"], "generic:matmul"),
-        "softmax": (["generic"], None),
+        "softmax": ([simd], "row_softmax"),
     }
     for cls, (isa, rule) in expect.items():
         assert cls in report, (cls, sorted(report))

@@ -11,7 +11,8 @@ function's record and :func:`kernel_report` folds the records into the manifest'
      "matmul": {"isa": ["generic"], "kernels": 3, "schedules": {"generic:matmul": 3}}, ...}
 
 Op classes: conv, depthwise_conv, grouped_conv, conv_transpose, dense (Kiln's packed kernel),
-matmul (a shared 2-D weight), batched_matmul, pooling, softmax, reduction, resize, elementwise.
+matmul (a shared 2-D weight), batched_matmul, pooling, softmax, attention (Kiln's fused kernel),
+normalization (LayerNorm / RMSNorm rows), reduction, resize, elementwise.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ OP_CLASSES = (
     "batched_matmul",
     "pooling",
     "softmax",
+    "attention",
+    "normalization",
     "reduction",
     "resize",
     "elementwise",

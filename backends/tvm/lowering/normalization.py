@@ -1,6 +1,7 @@
 """Normalizations and the remaining pointwise families: BatchNormalization (inference, folded to
 y = x * s + t with s = gamma / sqrt(var + eps), t = beta - mean * s), InstanceNormalization,
-LayerNormalization, PRelu, Elu, Softplus, variadic Sum/Mean."""
+LayerNormalization and RMSNormalization (on CPU one row kernel each, :mod:`backends.tvm.kernels.
+row_norm`), PRelu, Elu, Softplus, variadic Sum/Mean."""
 
 from __future__ import annotations
 
@@ -68,12 +69,46 @@ def _instancenorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     return [ctx.emit(op.add(op.multiply(y, scale), bias))]
 
 
+def _row_norm(ctx: LowerContext, node: Node, ins: list[Any], kind: str, axis: int, eps: float) -> Any | None:
+    """``kind`` ("layer"/"rms") normalization as Kiln's one-pass row kernel on CPU targets: x
+    float32 viewed as [rows, N] over ``axis``.., gamma (and beta) constants or values of exactly the
+    normalized shape; None when that does not hold (the caller takes the Relax ops)."""
+    from backends.tvm.kernels.row_norm import RowNormSpec, row_norm_kernel, row_norm_width
+
+    t = ctx.in_type(node, 0)
+    shape = t.static_shape
+    if not ctx.target.is_cpu or t.dtype.numpy.name != "float32":
+        return None
+    inner = shape[axis:]
+    width = int(np.prod(inner)) if inner else 1
+    rows = int(np.prod(shape[:axis])) if axis else 1
+    vec = row_norm_width(width, ctx.target.lanes)
+    params = [ins[1]] + ([ins[2]] if kind == "layer" and len(ins) > 2 and ins[2] is not None else [])
+    for port in range(1, len(params) + 1):
+        pt = ctx.in_type(node, port)
+        if pt.dtype.numpy.name != "float32" or tuple(pt.static_shape) != tuple(inner):
+            return None
+    if vec is None or width < vec:
+        return None
+    op = _op()
+    flat = [ctx.emit(op.reshape(p, (width,))) if len(inner) != 1 else p for p in params]
+    x2 = ins[0] if len(shape) == 2 and axis == 1 else ctx.emit(op.reshape(ins[0], (rows, width)))
+    spec = RowNormSpec(kind, rows, width, eps, len(params) > 1, vec)
+    y = ctx.call_kernel(row_norm_kernel(spec, ctx.target), [x2, *flat])
+    return y if len(shape) == 2 and axis == 1 else ctx.emit(op.reshape(y, tuple(shape)))
+
+
 @lowers(
     "LayerNormalization", check=single_output("LayerNormalization's mean/inv-std outputs have no lowering")
 )
 def _layernorm(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """CPU: Kiln's one-pass row kernel (:func:`_row_norm`); otherwise mean, variance and the
+    affine tail as Relax ops."""
     rank = len(ctx.in_type(node, 0).shape or ())
     axis = int(node.attrs.axis) % rank
+    fused = _row_norm(ctx, node, ins, "layer", axis, float(node.attrs.epsilon))
+    if fused is not None:
+        return [fused]
     y = _normalize(ctx, ins[0], list(range(axis, rank)), float(node.attrs.epsilon))
     op = _op()
     y = ctx.emit(op.multiply(y, ins[1]))
@@ -127,6 +162,9 @@ def _rms_normalization(ctx: LowerContext, node: Node, ins: list[Any]) -> list[An
     dt = ctx.in_type(node, 0).dtype.numpy.name
     rank = len(ctx.in_type(node, 0).static_shape)
     axes = list(range(int(node.attrs.axis) % rank, rank))
+    fused = _row_norm(ctx, node, ins, "rms", axes[0], float(node.attrs.epsilon))
+    if fused is not None:
+        return [fused]
     stat = "float32" if node.attrs.stash_type == 1 else dt
     x = ins[0] if stat == dt else ctx.emit(op.astype(ins[0], stat))
     ms = ctx.emit(op.mean(op.multiply(x, x), axes, keepdims=True))
