@@ -12,6 +12,12 @@ Schedule (classic direct-conv register tiling): split ``o -> (oo, oi)``, ``oh ->
 ``ow -> (wo, wi)`` and order ``[n*oo*hho] (parallel), wo, i, kh, kw, bi, oi, hhi, wi, bo``; the
 accumulator tile ``oi*hhi*wi*ceil(ob/lanes)`` lives in registers (a global-scope tile buffer, unrolled), the
 out block is vectorized, ``kw`` stays a loop, and the epilogue is computed at ``wo``.
+
+Convs whose taps mostly read padding (:func:`~backends.tvm.kernels.conv_regions.splits_regions`:
+a dilated conv on a small map) run as their padding-free regions instead
+(:func:`conv2d_regions_compute`): per region a conv over its live taps only, reading the input
+unpadded, with its own register tile and epilogue as above, then a parallel, vectorized copy of
+the regions into the output (no pad stage).
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.tvm.kernels.conv_geometry import grouped_fits
+from backends.tvm.kernels.conv_regions import ConvRegion, conv_regions, region_spec, splits_regions
 from backends.tvm.kernels.conv_spec import Conv2dSpec
-from backends.tvm.kernels.epilogue import epilogue_stage
+from backends.tvm.kernels.epilogue import activation_expr, epilogue_stage
 from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
 from backends.tvm.schedule_nest import fits_stack
 
@@ -168,13 +175,71 @@ def conv2d_nchwc_compute(spec: Conv2dSpec) -> Any:
     return te.create_prim_func(args)
 
 
-def _schedule(func: Any, spec: Conv2dSpec, tile: ConvTile) -> Any:
-    from tvm import s_tir
+def _region_stage(spec: Conv2dSpec, ph: dict[str, Any], region: ConvRegion, k: int) -> Any:
+    """``epilogue{k}``: region ``k``'s output, ``act(conv{k} + bias (+ residual))`` over its live taps
+    only, reading ``data`` unpadded (:mod:`backends.tvm.kernels.conv_regions`)."""
+    from tvm import te
 
-    sch = s_tir.Schedule(func)
-    schedule_pad(sch)
-    conv = sch.get_sblock("conv")
-    epi = sch.get_sblock("epilogue")
+    rows, cols = region.rows, region.cols
+    (sh, sw), (dh, dw), (pt, pl) = spec.strides, spec.dilations, spec.pads[:2]
+    n_, occ, ob = spec.batch, spec.out_chunks, spec.out_block
+    shape = (n_, occ, rows.size, cols.size, ob)
+    data, weight, bias, residual = ph["data"], ph["weight"], ph["bias"], ph.get("residual")
+    conv: Any = None
+    if rows.taps and cols.taps:
+        ric = te.reduce_axis((0, spec.group_chunks), name="ic")
+        rkh = te.reduce_axis((0, rows.taps), name="kh")
+        rkw = te.reduce_axis((0, cols.taps), name="kw")
+        rib = te.reduce_axis((0, spec.in_block), name="ib")
+
+        def tap(n: Any, o: Any, y: Any, x: Any, bo: Any) -> Any:
+            ih = (y + rows.o0) * sh + (rkh + rows.t0) * dh - pt
+            iw = (x + cols.o0) * sw + (rkw + cols.t0) * dw - pl
+            xv = data[n, spec.group_chunk_start(o) + ric, ih, iw, rib]
+            return xv * weight[o, ric, rkh + rows.t0, rkw + cols.t0, rib, bo]
+
+        conv = te.compute(shape, lambda *i: te.sum(tap(*i), axis=[ric, rkh, rkw, rib]), name=f"conv{k}")
+
+    def body(n: Any, o: Any, y: Any, x: Any, bo: Any) -> Any:
+        v = bias[o, bo] if conv is None else conv[n, o, y, x, bo] + bias[o, bo]
+        if residual is not None:
+            v = v + residual[n, o, y + rows.o0, x + cols.o0, bo]
+        return activation_expr(v, spec.activation, spec.alpha, spec.beta)
+
+    return te.compute(shape, body, name=f"epilogue{k}")
+
+
+def conv2d_regions_compute(spec: Conv2dSpec) -> Any:
+    """The unscheduled PrimFunc ``(data, weight, bias[, residual], out)`` as padding-free regions:
+    ``out[n, o, y, x, b] = epilogue{k}[n, o, y - r.o0, x - c.o0, b]`` for the region ``k`` (row
+    band ``r``, column band ``c``) holding ``(y, x)``."""
+    from tvm import te, tirx
+
+    ph = {
+        "data": te.placeholder(spec.data_shape, "float32", name="data"),
+        "weight": te.placeholder(spec.weight_shape, "float32", name="weight"),
+        "bias": te.placeholder((spec.out_chunks, spec.out_block), "float32", name="bias"),
+    }
+    if spec.residual:
+        ph["residual"] = te.placeholder(spec.out_shape, "float32", name="residual")
+    regions = conv_regions(spec)
+    stages = [_region_stage(spec, ph, r, k) for k, r in enumerate(regions)]
+
+    def assemble(n: Any, o: Any, y: Any, x: Any, b: Any) -> Any:
+        expr: Any = None
+        for region, stage in zip(regions, stages, strict=True):  # the last region tested first
+            rows, cols = region.rows, region.cols
+            v = stage[n, o, y - rows.o0, x - cols.o0, b]
+            inside = tirx.all(y >= rows.o0, x >= cols.o0)
+            expr = v if expr is None else tirx.if_then_else(inside, v, expr)
+        return expr
+
+    out = te.compute(spec.out_shape, assemble, name="assemble")
+    return te.create_prim_func([*ph.values(), out])
+
+
+def _schedule_tile(sch: Any, conv: Any, epi: Any, tile: ConvTile) -> None:
+    """The register-tile schedule of one conv block and its epilogue block (module docstring)."""
     n, o, y, x, bo, ric, rkh, rkw, rib = sch.get_loops(conv)
     oo, oi = sch.split(o, [None, tile.oc])
     yo, yi = sch.split(y, [None, tile.oh])
@@ -196,15 +261,48 @@ def _schedule(func: Any, spec: Conv2dSpec, tile: ConvTile) -> Any:
     sch.vectorize(init_loops[-1])
     for loop in init_loops[:-1]:
         sch.unroll(loop)
+
+
+def _schedule(func: Any, spec: Conv2dSpec, tile: ConvTile) -> Any:
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    schedule_pad(sch)
+    _schedule_tile(sch, sch.get_sblock("conv"), sch.get_sblock("epilogue"), tile)
     return sch.mod["main"]
 
 
-def conv2d_nchwc_kernel(spec: Conv2dSpec, target: TargetSpec, tile: ConvTile | None = None) -> Kernel:
-    """The scheduled groups == 1 or grouped conv kernel; ``tile`` overrides the analytic register tile."""
+def _schedule_regions(func: Any, spec: Conv2dSpec, target: TargetSpec, tile: ConvTile | None) -> Any:
+    """Each live region's conv and epilogue as :func:`_schedule_tile` (its own tile unless ``tile``
+    is given), then the parallel, vectorized assembly copy."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    for k, region in enumerate(conv_regions(spec)):
+        epi = sch.get_sblock(f"epilogue{k}")
+        if region.rows.taps * region.cols.taps == 0:
+            sch.vectorize(sch.get_loops(epi)[-1])
+            continue
+        t = tile or pick_conv_tile(region_spec(spec, region), target)
+        t = ConvTile(t.oc, min(t.oh, region.rows.size), min(t.ow, region.cols.size))
+        _schedule_tile(sch, sch.get_sblock(f"conv{k}"), epi, t)
+    n, o, y, x, b = sch.get_loops(sch.get_sblock("assemble"))
+    sch.parallel(sch.fuse(n, o, y))
+    sch.vectorize(b)
+    return sch.mod["main"]
+
+
+def conv2d_nchwc_kernel(
+    spec: Conv2dSpec, target: TargetSpec, tile: ConvTile | None = None, regions: bool | None = None
+) -> Kernel:
+    """The scheduled groups == 1 or grouped conv kernel; ``tile`` overrides the analytic register
+    tile, ``regions`` whether it runs as padding-free regions (default :func:`splits_regions`)."""
     if spec.groups != 1 and not (spec.is_grouped and grouped_fits(spec)):
         raise NotImplementedError("conv2d_nchwc handles groups == 1 and grouped convs that fit their blocks")
-    t = tile or pick_conv_tile(spec, target)
-    func = _schedule(conv2d_nchwc_compute(spec), spec, t)
+    if splits_regions(spec) if regions is None else regions:
+        func = _schedule_regions(conv2d_regions_compute(spec), spec, target, tile)
+    else:
+        func = _schedule(conv2d_nchwc_compute(spec), spec, tile or pick_conv_tile(spec, target))
     grouped = spec.is_grouped
     name = f"kiln_{'gconv2d' if grouped else 'conv2d'}_nchwc_{spec.key()}"
     rule, op_class = ("grouped_nchwc", "grouped_conv") if grouped else ("conv2d_nchwc", "conv")

@@ -1,4 +1,4 @@
-"""Pooling, reductions, softmax, resize and dense layers (Gemm, MatMul, kiln::QGemm).
+"""Pooling, reductions, softmax and dense layers (Gemm, MatMul, kiln::QGemm).
 
 Pooling over blocked ``NCHW{b}c`` tensors arrives as 3-D pooling with a unit
 kernel on the lane axis (choose-layout's N-D form) and runs as Kiln's NCHWc pool
@@ -172,62 +172,25 @@ def _reduce_log_sum_exp(ctx: LowerContext, node: Node, ins: list[Any]) -> list[A
 
 @lowers("Softmax", "LogSoftmax")
 def _softmax(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
-    rank = len(_in_shape(ctx, node))
-    fn = _op().nn.softmax if node.op == "Softmax" else _op().nn.log_softmax
-    return [ctx.emit(fn(ins[0], int(node.attrs.axis) % rank))]
-
-
-_RESIZE_METHOD = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
-_ROUNDING = {
-    "round_prefer_floor": "round_prefer_floor",
-    "round_prefer_ceil": "round_prefer_ceil",
-    "floor": "floor",
-    "ceil": "ceil",
-}
-
-
-def _resize_reason(graph: Graph, node: Node) -> str | None:
-    a = node.attrs
-    x = graph.inputs_of(node)[0]
-    assert x is not None
-    shape, out = x.type.static_shape, node.output_types[0].static_shape
-    rank = len(shape)
-    if rank not in (4, 5) or any(out[i] != shape[i] for i in (0, 1)) or (rank == 5 and out[4] != shape[4]):
-        return "only spatial (H, W) Resize lowers to TVM"
-    if a.antialias or a.keep_aspect_ratio_policy != "stretch" or a.mode not in _RESIZE_METHOD:
-        return f"Resize mode {a.mode!r}/antialias has no TVM lowering"
-    ins = graph.inputs_of(node)
-    scales = ins[2].const if len(ins) > 2 and ins[2] is not None else None
-    if scales is not None and scales.size:
-        full = np.ones(rank, np.float32)
-        axes = [ax % rank for ax in a.axes] if a.axes else list(range(rank))
-        full[axes] = scales.astype(np.float32)
-        for ax in (2, 3):
-            if not np.isclose(full[ax], out[ax] / shape[ax], rtol=0, atol=1e-6):
-                ratio = f"{out[ax]}/{shape[ax]}"
-                return f"Resize scale {full[ax]} differs from the size ratio {ratio}; no TVM lowering"
-    return None
-
-
-@lowers("Resize", check=_resize_reason)
-def _resize(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
-    a = node.attrs
+    """CPU, float32, last axis: Kiln's row kernel (:mod:`backends.tvm.kernels.row_softmax`, one
+    read of x and one write of y); otherwise Relax's (log_)softmax (fast_math's legalization)."""
     shape = _in_shape(ctx, node)
-    out = ctx.out_shape(node)
     rank = len(shape)
-    layout = "NCHW" if rank == 4 else f"NCHW{shape[4]}c"
-    y = _op().image.resize2d(
-        ins[0],
-        (out[2], out[3]),
-        layout=layout,
-        method=_RESIZE_METHOD[a.mode],
-        coordinate_transformation_mode=a.coordinate_transformation_mode,
-        rounding_method=_ROUNDING.get(a.nearest_mode, "round"),
-        cubic_alpha=float(a.cubic_coeff_a),
-        cubic_exclude=int(a.exclude_outside),
-        extrapolation_value=float(a.extrapolation_value),
-    )
-    return [ctx.emit(y)]
+    axis = int(node.attrs.axis) % rank
+    width = shape[-1] if shape else 1
+    lanes = ctx.target.lanes
+    vec = next((w for w in (lanes, lanes // 2, 4) if w >= 4 and width % w == 0), lanes)
+    f32 = ctx.in_type(node, 0).dtype.numpy.name == "float32"
+    if node.op == "Softmax" and ctx.target.is_cpu and f32 and axis == rank - 1 and width >= vec:
+        from backends.tvm.kernels.row_softmax import RowSoftmaxSpec, row_softmax_kernel
+
+        op = _op()
+        rows = int(np.prod(shape[:-1])) if rank > 1 else 1
+        x2 = ins[0] if rank == 2 else ctx.emit(op.reshape(ins[0], (rows, width)))
+        y = ctx.call_kernel(row_softmax_kernel(RowSoftmaxSpec(rows, width, vec), ctx.target), [x2])
+        return [y if rank == 2 else ctx.emit(op.reshape(y, shape))]
+    fn = _op().nn.softmax if node.op == "Softmax" else _op().nn.log_softmax
+    return [ctx.emit(fn(ins[0], axis))]
 
 
 def _gemm_reason(graph: Graph, node: Node) -> str | None:
