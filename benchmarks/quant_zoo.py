@@ -22,9 +22,12 @@ subprocess (``--timeout`` seconds), and the table shows, from its exit code and 
 * ``policy``: nodes the registry's policy kept float (op classes and structural patterns).
 
 With ``--smoothquant MODE`` each model is compiled a second time with ``--smoothquant MODE`` and the
-table adds that compile's ``sq_in`` (sqnr_inputs), ``sq_fallback``, ``sq_share`` and ``smoothed``
-(activation groups smoothed / groups foldable, from ``quantization.smoothquant``). Flags after
-``--`` go to every compile (``--min-sqnr 30`` judges the >= 60% at >= 30 dB target by the floor).
+table adds that compile's ``sq_in`` (sqnr_inputs), ``gain`` (sq_in - sqnr_in, dB), ``sq_fallback``,
+``sq_share``, ``smoothed`` (activation groups smoothed / groups foldable, from
+``quantization.smoothquant``), ``v_path`` (groups folded through attention's value path, smoothed /
+found) and ``worse`` (smoothed groups whose searched SQNR is below their unsmoothed one: 0 by
+construction). Flags after ``--`` go to every compile (``--min-sqnr 30`` judges the >= 60% at >= 30 dB
+target by the floor; ``--calib-method entropy`` scores the alpha search on entropy's ranges).
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ class Row:
     policy_float: int = 0
     detail: str = ""
     smoothed: str = ""
+    value_path: str = ""
+    worse_groups: int = 0
     smooth: Row | None = None
 
     @property
@@ -148,6 +153,13 @@ def run_model(zoo_dir: Path, name: str, out: Path, timeout: float, extra: Sequen
     groups = q.get("smoothquant", {}).get("groups")
     if groups is not None:
         row.smoothed = f"{sum(1 for g in groups if g.get('alpha') is not None)}/{len(groups)}"
+        vp = [g for g in groups if ">MatMul>" in g["fold"]]  # through a MatMul of two computed operands
+        row.value_path = f"{sum(1 for g in vp if g.get('alpha') is not None)}/{len(vp)}"
+        row.worse_groups = sum(
+            1
+            for g in groups
+            if g.get("alpha") is not None and g["sqnr_db"][f"{g['alpha']:g}"] < g["sqnr_db"]["off"]
+        )
     if (out / "model.onnx").is_file():
         row.mm_int8, row.mm_total = matmul_share(out / "model.onnx")
     return row
@@ -157,10 +169,22 @@ def _db(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _smooth_cells(r: Row | None) -> str:
-    if r is None:
+def _gain(r: Row) -> float | None:
+    s = r.smooth
+    if s is None or s.sqnr_inputs is None or r.sqnr_inputs is None:
+        return None
+    return s.sqnr_inputs - r.sqnr_inputs
+
+
+def _smooth_cells(r: Row) -> str:
+    s = r.smooth
+    if s is None:
         return ""
-    return f"{_db(r.sqnr_inputs):>7}  {r.fallback:<12}{r.share:>9.0%}{r.smoothed:>9}"
+    gain = _gain(r)
+    return (
+        f"{_db(s.sqnr_inputs):>7}{'-' if gain is None else f'{gain:+.2f}':>7}  {s.fallback:<12}"
+        f"{s.share:>9.0%}{s.smoothed:>9}{s.value_path:>7}{s.worse_groups:>6}"
+    )
 
 
 def _good(r: Row) -> bool:
@@ -170,11 +194,12 @@ def _good(r: Row) -> bool:
 def _print(rows: Sequence[Row]) -> None:
     head = f"{'model':<22}{'exit':>5}{'sec':>7}{'sqnr_in':>9}{'sqnr_cal':>9}  {'fallback':<12}"
     smooth = any(r.smooth is not None for r in rows)
-    sq_head = f"{'sq_in':>7}  {'sq_fallback':<12}{'sq_share':>9}{'smoothed':>9}  " if smooth else ""
+    sq_head = f"{'sq_in':>7}{'gain':>7}  {'sq_fallback':<12}{'sq_share':>9}{'smoothed':>9}"
+    sq_head = f"{sq_head}{'v_path':>7}{'worse':>6}  " if smooth else ""
     print(head + f"{'mm_int8':>10}{'share':>7}{'policy':>8}  {sq_head}detail")
     print("-" * (len(head) + 35 + len(sq_head)))
     for r in rows:
-        sq = f"{_smooth_cells(r.smooth)}  " if smooth else ""
+        sq = f"{_smooth_cells(r)}  " if smooth else ""
         print(
             f"{r.model:<22}{r.exit:>5}{r.seconds:>7.1f}{_db(r.sqnr_inputs):>9}{_db(r.sqnr_calib):>9}  "
             f"{r.fallback:<12}{f'{r.mm_int8}/{r.mm_total}':>10}{r.share:>7.0%}{r.policy_float:>8}  "
@@ -187,6 +212,16 @@ def _print(rows: Sequence[Row]) -> None:
     if smooth:
         sq_good = [r for r in rows if r.smooth is not None and _good(r.smooth)]
         print(f"  with SmoothQuant: {len(sq_good)}/{len(rows)}")
+        gains = [g for r in rows if (g := _gain(r)) is not None]
+        if gains:
+            lower = [g for g in gains if g < 0]
+            print(
+                f"SmoothQuant gain on --inputs (dB): median {sorted(gains)[len(gains) // 2]:+.2f}, "
+                f"best {max(gains):+.2f}, lower on {len(lower)}/{len(gains)} models"
+                + (f" (worst {min(lower):+.2f})" if lower else "")
+            )
+            worse = sum(r.smooth.worse_groups for r in rows if r.smooth is not None)
+            print(f"smoothed groups measured worse than unsmoothed by the search: {worse}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,10 +2,12 @@
 
 For an activation X read only by MatMul/Gemm layers with constant weights,
 X W = (X diag(s)^-1)(diag(s) W) with s_j = max|X_j|^α / max|W_j|^(1-α): diag(s)^-1 is folded into
-X's producer (LayerNorm γ and β, a per-channel Mul/Add, a linear layer's output columns) and
+X's producer (LayerNorm γ and β, a per-channel Mul/Add, a linear layer's output columns, also
+through reshapes, transposes and attention's probabilities x V: V's projection for out_proj) and
 diag(s) into the readers' weight rows, so no op is added and the float model is unchanged up to
 float32 rounding. α is fixed, or searched per group on the calibration samples by the readers'
-int8 output error (:mod:`compiler.quant.smoothquant`). Off (the default), the pass changes nothing.
+int8 output error with q_x on the ``--calib-method`` range (:mod:`compiler.quant.smoothquant`).
+Off (the default), the pass changes nothing.
 What it did is left in ``ctx.state["smooth-quant"]`` (a :class:`SmoothReport`) for the manifest.
 """
 
@@ -29,6 +31,7 @@ class SmoothQuant(Pass):
     name = "smooth-quant"
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        from compiler.calibration.methods import parse_calib_method
         from compiler.quant.quantize import load_samples
         from compiler.quant.smoothquant import smooth_quant
 
@@ -43,5 +46,6 @@ class SmoothQuant(Pass):
                 act_dtype=q.act_dtype,
                 symmetric=q.symmetric_activations,
                 per_channel=q.per_channel,
+                method=parse_calib_method(q.calib_method),
             )
         return rw.result

@@ -3,10 +3,14 @@
 Structure: which activations are smoothed (a LayerNormalization read by q, k and v; the Mul/Add
 tail of a decomposed LayerNorm; a MatMul's output columns) and why the others are not (a Relu
 producer, an Add of two computed values, a post-norm LayerNorm also read by the residual Add);
-with a fixed alpha the folded constants are exactly gamma / s and s W. Numerics: the smoothed
+with a fixed alpha the folded constants are exactly gamma / s and s W. The value path: attention's
+out-projection input is smoothed into V's projection columns and bias through the heads' Reshape /
+Transpose, a Split of a fused qkv and the probabilities' MatMul; paths that mix channels (a MatMul
+contracting them, a reshape moving them into the token axis) fold nothing. Numerics: the smoothed
 float model in onnxruntime matches the original within 1e-5 (max rel); on a net with outlier
-channels, int8 with ``--smoothquant auto`` beats int8 without by a wide margin; a second run
-changes nothing.
+channels, int8 with ``--smoothquant auto`` beats int8 without by a wide margin; the alpha search
+scores with the range of ``--calib-method`` (entropy clips heavy tails and picks another alpha
+than minmax); a second run changes nothing.
 """
 
 from __future__ import annotations
@@ -20,21 +24,33 @@ import numpy as np
 import onnx
 import pytest
 
+from compiler.calibration.methods import parse_calib_method
+from compiler.calibration.observers import make_observer
 from compiler.cli import main
 from compiler.errors import OptionError
 from compiler.ir import Graph
+from compiler.ir.types import DType
 from compiler.metrics import agreement
 from compiler.onnx_export import export_onnx, model_bytes
 from compiler.pass_infra import PassContext
 from compiler.pass_manager import PassManager
 from compiler.pipelines import pipeline
+from compiler.quant.calibrate import graph_runner
 from compiler.quant.options import QuantOptions
-from compiler.quant.smoothquant import SmoothReport, find_groups, smoothing_scales
+from compiler.quant.params import dequantize, quantize, range_params, weight_params
+from compiler.quant.smoothquant import SmoothReport, find_groups, smooth_quant, smoothing_scales
 from frontends.onnx.loader import load_onnx
 from passes.smooth_quant import SmoothQuant
 from tests.helpers.conformance import ort_session
 from tests.helpers.onnx_text import rand
-from tests.helpers.smooth_models import channel_moves, outlier_net, smooth_block
+from tests.helpers.smooth_models import (
+    attention_block,
+    channel_mixes,
+    channel_moves,
+    outlier_net,
+    scaled_input,
+    smooth_block,
+)
 
 FLOAT_REL = 1e-5
 
@@ -87,7 +103,8 @@ def test_through_ops_that_keep_the_channel_axis() -> None:
     groups, skipped = find_groups(optimized(channel_moves()))
     assert [(gr.x, gr.fold) for gr in groups] == [("c", "LayerNormalization>Gather")]
     assert skipped == {
-        "t": "produced by Transpose 'tt', which has no per-channel parameters to fold 1/s into"
+        "t": "produced by LayerNormalization 'n2', whose constants are per channel while the scale "
+        "varies along axis 1 of 'n2'"  # the transpose moved the tokens into the channel axis
     }
 
 
@@ -125,10 +142,105 @@ def test_fixed_alpha_folds_gamma_over_s_and_s_times_w(calib: Path) -> None:
     assert Counter(n.op for n in g.ops()) == ops  # no op added
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["qkv", "fused-qkv"])
+def test_value_path_folds_out_proj_scale_into_v_columns(calib: Path, fused: bool) -> None:
+    g = optimized(attention_block(fused=fused))
+    groups, skipped = find_groups(g)
+    proj = "MatMul+Add>Split" if fused else "MatMul+Add"
+    assert [(gr.x, gr.fold, len(gr.readers)) for gr in groups] == [
+        ("n", "LayerNormalization", 1 if fused else 3),
+        ("ctx", f"{proj}>Reshape>Transpose>MatMul>Transpose>Reshape", 1),  # through the heads
+    ]
+    assert skipped == {}
+    before, ops = consts(g), Counter(n.op for n in g.ops())
+    run = graph_runner(g, ["n", "ctx"])
+    outs = [run({"x": x}) for x in np.load(calib)["x"]]
+    n1, ctx = (np.abs(np.concatenate([o[k].reshape(-1, 32) for o in outs])).max(0) for k in ("n", "ctx"))
+    wv, bv = before["m" if fused else "vm"][0], before["mb" if fused else "v"][0]
+    readers = [wv] if fused else [before[k][0] for k in ("qm", "km", "vm")]
+    s1 = smoothing_scales(n1, np.max([np.abs(w).max(axis=1) for w in readers], axis=0), 0.5)
+    s2 = smoothing_scales(ctx, np.abs(before["o"][0]).max(axis=1), 0.5)
+    changed, report = run_pass(g, calib, "0.5")
+    assert changed and report is not None and [grp["alpha"] for grp in report.groups] == [0.5, 0.5]
+    after = consts(g)
+    assert Counter(n.op for n in g.ops()) == ops  # no op added
+    np.testing.assert_allclose(after["o"][0], before["o"][0] * s2[:, None], rtol=1e-5)  # s W_o
+    cols = s2  # V's columns take 1 / s2; a fused projection's q and k columns keep their values
+    if fused:
+        cols = np.concatenate([np.ones(64), s2])
+    else:
+        for k in ("qm", "km"):  # q and k: only LN's s1 on their rows
+            np.testing.assert_allclose(after[k][0], before[k][0] * s1[:, None], rtol=1e-5)
+        np.testing.assert_array_equal(after["q"][0], before["q"][0])
+    w_new, b_new = after["m" if fused else "vm"][0], after["mb" if fused else "v"][0]
+    np.testing.assert_allclose(w_new, wv * s1[:, None] / cols[None, :], rtol=1e-5)  # diag(s1) W_v / s2
+    np.testing.assert_allclose(b_new, bv / cols, rtol=1e-5)  # b_v / s2
+
+
+def test_paths_that_mix_channels_fold_nothing(calib: Path) -> None:
+    g = optimized(channel_mixes())
+    groups, skipped = find_groups(g)
+    assert groups == []
+    assert {k: v for k, v in skipped.items() if k.startswith("y")} == {
+        "y1": "produced by Softmax 'gm', which has no per-channel parameters to fold 1/s into",
+        "y2": "produced by MatMul 'aa': the scale varies along both its output's rows and columns",
+        "y3": "produced by MatMul 'v3', whose constants are per channel while the scale varies "
+        "along axis 1 of 'v3'",  # reshape [1,16,32] -> [1,8,64]: channel j or 32 + j by parity
+        "y4": "produced by Expand 'e4': the scale varies along axis 2, which the operand broadcasts over",
+    }
+    before = consts(g)
+    assert run_pass(g, calib, "0.5")[0] is False
+    after = consts(g)
+    assert all(np.array_equal(a, b) for k in before for a, b in zip(after[k], before[k], strict=True))
+
+
+def _held_out_sqnr(rows: list[np.ndarray], w: np.ndarray, method: str) -> tuple[float, float]:
+    """Unsmoothed int8 SQNR of rows W, each fold (sample i mod 4) on the method's range of the rest."""
+    sig = err = width = 0.0
+    for f in range(4):
+        fit = np.concatenate([r for i, r in enumerate(rows) if i % 4 != f])
+        test = np.concatenate([r for i, r in enumerate(rows) if i % 4 == f]).astype(np.float32)
+        obs = make_observer(parse_calib_method(method))
+        for p in range(obs.passes):
+            if p:
+                obs.next_pass()
+            obs.update(fit)
+        lo, hi = obs.range(symmetric=False)
+        xp, wp = range_params(lo, hi, DType.UINT8, symmetric=False), weight_params(w, 1)
+        ref = test.astype(np.float64) @ w
+        d = dequantize(quantize(test, xp), xp).astype(np.float64) @ dequantize(quantize(w, wp), wp) - ref
+        sig, err, width = sig + np.square(ref).sum(), err + np.square(d).sum(), width + hi - lo
+    return 10 * float(np.log10(sig / err)), width
+
+
+def test_alpha_search_scores_with_the_calibration_method() -> None:
+    rng = np.random.default_rng(1)  # Student-t (5 dof): heavy tails, which entropy clips
+    feeds = [{"x": rng.standard_t(5.0, size=(1, 32, 64)).astype(np.float32)} for _ in range(8)]
+    g0 = optimized(scaled_input())
+    rows = [f["x"].reshape(-1, 64) * consts(g0)["h"][0] for f in feeds]
+    chosen = {}
+    for name in ("minmax", "entropy"):
+        off, width = _held_out_sqnr(rows, consts(g0)["y"][0], name)
+        method = parse_calib_method(name)
+        (grp,) = smooth_quant(optimized(scaled_input()), None, feeds, method=method).groups
+        assert grp["sqnr_db"]["off"] == pytest.approx(off, abs=0.01), name  # the method's range, held out
+        chosen[name] = grp["alpha"], width
+    assert chosen["entropy"][1] < chosen["minmax"][1]  # entropy clips the tails
+    assert chosen["minmax"][0] != chosen["entropy"][0], chosen  # 0.05 vs 0.3: the clipped grid moves it
+
+
 # ---------------------------------------------------------------------------------- numerics
+BLOCKS = {
+    "block": smooth_block,
+    "attention": attention_block,
+    "fused-attention": lambda: attention_block(fused=True),
+}
+
+
 @pytest.mark.parametrize("mode", ["auto", "0.5", "1"])
-def test_smoothed_float_model_matches_the_original(calib: Path, mode: str) -> None:
-    model = smooth_block()
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_smoothed_float_model_matches_the_original(calib: Path, mode: str, block: str) -> None:
+    model = BLOCKS[block]()
     g = optimized(model)
     changed, report = run_pass(g, calib, mode)
     assert changed and report is not None and any(grp["alpha"] is not None for grp in report.groups)
@@ -146,12 +258,16 @@ def test_second_run_changes_nothing(calib: Path) -> None:
     assert all(grp["alpha"] is None for grp in report.groups)
 
 
-def _compile_sqnr(tmp: Path, *extra: str) -> tuple[float, dict[str, object]]:
+def _compile_sqnr(
+    tmp: Path, *extra: str, net: onnx.ModelProto | None = None
+) -> tuple[float, dict[str, object]]:
     model, calib, inputs = tmp / "m.onnx", tmp / "calib.npz", tmp / "in.npz"
     if not model.exists():
-        onnx.save(outlier_net(), str(model))
-        np.savez(calib, x=samples((1, 32, 64)))
-        np.savez(inputs, x=rand(1, 32, 64, seed=99))
+        net = net or outlier_net()
+        onnx.save(net, str(model))
+        shape = tuple(d.dim_value for d in net.graph.input[0].type.tensor_type.shape.dim)
+        np.savez(calib, x=samples(shape))
+        np.savez(inputs, x=rand(*shape, seed=99))
     out = tmp / f"out{len(extra)}"
     args = ["compile", model, "-o", out, "--quantize", "int8", "--calib", calib, "--inputs", inputs]
     assert main([str(a) for a in [*args, "--min-sqnr", "off", *extra]]) == 0
@@ -168,6 +284,16 @@ def test_smoothquant_lifts_int8_sqnr_on_outlier_channels(tmp_path: Path) -> None
     assert grp["fold"] == "LayerNormalization" and grp["alpha"] is not None
     assert grp["sqnr_db"][f"{grp['alpha']:g}"] > grp["sqnr_db"]["off"] + 6.0  # the search's measurement
     assert smoothed >= plain + 6.0, (plain, smoothed)  # the emitted model on --inputs, vs onnxruntime fp32
+
+
+def test_value_path_lifts_int8_sqnr_of_attention(tmp_path: Path) -> None:
+    plain, _ = _compile_sqnr(tmp_path, net=attention_block())
+    smoothed, q = _compile_sqnr(tmp_path, "--smoothquant", "auto")
+    groups = {g["x"]: g for g in q["smoothquant"]["groups"]}  # type: ignore[index]
+    ctx = groups["ctx"]
+    assert ctx["fold"].endswith(">MatMul>Transpose>Reshape") and ctx["alpha"] is not None
+    assert ctx["sqnr_db"][f"{ctx['alpha']:g}"] > ctx["sqnr_db"]["off"] + 2.0  # out_proj's, held out
+    assert smoothed >= plain + 1.5, (plain, smoothed)  # 31.1 -> 33.3 dB
 
 
 # ------------------------------------------------------------------------------------ options

@@ -11,39 +11,49 @@ one s). X diag(s)^-1 is folded into X's producer, so no op is added (:func:`find
 * x ⊙ c (Mul by a constant along the last axis): c / s; and (x ⊙ c) + b, or any foldable
   producer + b: b / s as well (the affine tail of a decomposed LayerNorm, a linear layer's bias);
 * a MatMul/Gemm with a constant weight: its output columns W_p[:, j] / s_j (and its bias C_j / s_j);
-* any of these seen through ops that move values without mixing the last axis (a Gather of the
-  class token, a reshape keeping the channels: :func:`compiler.ops.quant_rules.keeps_last_axis`).
+* any of these reached through ops that move values or mix tokens but not channels
+  (:mod:`compiler.quant.smooth_paths`: reshapes, transposes, a Gather of the class token, a Split,
+  and a MatMul of two computed operands whose other operand mixes the rows). This is attention's
+  value path: out_proj's input ctx = merge_heads(softmax(Q K^T) V) is linear in V per channel,
+  so ctx / s = merge_heads(softmax(Q K^T) (V / s')), s' the same scales in V's head layout, and
+  1/s folds into V's projection columns W_v[:, j] / s_j and bias b_v,j / s_j (through the Split
+  of a fused qkv projection: only V's columns). A path that carries a channel onto a token axis
+  (a reshape merging tokens, a MatMul contracting the channels) ends the search: nothing is folded.
 
 Every reader of X must absorb s into its weight rows (MatMul(X, W), Gemm(X, B) without transA);
 another reader (a residual Add, a graph output) leaves X as it is, with the reason recorded.
 
 α is fixed (``--smoothquant 0.5``) or, with ``auto``, searched per group over :data:`ALPHAS` and no
-smoothing at all, by the int8 error of the group's readers on the calibration samples:
+smoothing at all, by the int8 error of the group's readers (:mod:`compiler.quant.smooth_search`):
 
     SQNR_r(α) = 10 log10(Σ (X W_r)² / Σ (q_x(X / s) q_w(diag(s) W_r) - X W_r)²),
 
-q_x per tensor on X / s's calibrated [min, max] (minmax, whatever ``--calib-method``), q_w per
-output channel; the candidate with the largest min_r SQNR_r wins (so a group is never smoothed
-to a worse measured error than none). At most :data:`ROW_CAP` rows of X per group are kept.
-Folding is exact in real arithmetic; in float32 each folded constant rounds once (~1e-7 relative).
+held out: each fold of the calibration samples is scored with s and q_x's range taken from the
+other samples, q_x per tensor on the range that ``--calib-method`` (minmax, percentile, entropy,
+mse, auto: the observers of :mod:`compiler.calibration`) gives X / s, q_w per output channel. The
+candidate with the largest min_r SQNR_r wins, and auto smooths only when it beats no smoothing,
+so no group is smoothed to a worse measured error than none. At most :data:`ROW_CAP` rows of X
+per group are kept. With entropy a compile later checks each clipped range against the full one
+(:mod:`compiler.quant.clip_check`); the search scores the clipped range. Folding is exact in real
+arithmetic; in float32 each folded constant rounds once (~1e-7 relative).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from compiler.calibration.methods import CalibMethod
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.types import DType
-from compiler.ops.quant_rules import keeps_last_axis
-from compiler.quant.calibrate import SampleSource, graph_runner
-from compiler.quant.params import dequantize, quantize, range_params, weight_params
+from compiler.quant.calibrate import SampleSource
 from compiler.quant.plan import node_label
+from compiler.quant.smooth_paths import broadcast_index, index_back, index_vector, varying_axis
+from compiler.quant.smooth_search import ROW_CAP, Scorer, SearchSetting, collect, smoothing_scales
 
 __all__ = [
     "ALPHAS",
@@ -59,8 +69,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ALPHAS = tuple(round(0.05 * i, 2) for i in range(21))
-ROW_CAP = 2048
-_S_MIN, _S_MAX = 1e-5, 1e5  # s is clamped: a dead channel must not blow a weight row up
 _SMOOTH = 1e-4  # max |log s| of a group that is smooth already (a second run: s = 1 up to rounding)
 _GAIN_DB = 0.01  # auto smooths a group when that gains more than this over no smoothing
 _NORMS = ("LayerNormalization", "RMSNormalization")
@@ -68,12 +76,16 @@ _NORMS = ("LayerNormalization", "RMSNormalization")
 
 @dataclass(frozen=True)
 class Site:
-    """The constant input ``port`` of node ``node``, multiplied by s**power along its ``axis``."""
+    """The constant input ``port`` of node ``node``, times s[index]**power along its ``axis``.
+
+    ``index`` None: s itself (position j takes s_j); else position i takes s[index[i]], 1 where -1.
+    """
 
     node: int
     port: int
     axis: int
     power: int  # -1: the producer's side (X / s); +1: a reader's weight rows (s W)
+    index: tuple[int, ...] | None = None  # the channel of s per position along axis (-1: none)
 
 
 @dataclass
@@ -163,33 +175,38 @@ def _sole_reader(graph: Graph, v: Value, node: Node) -> bool:
     return not graph.is_output(v) and all(u.id == node.id for u, _ in graph.users(v))
 
 
-def _producer_sites(graph: Graph, v: Value, k: int) -> tuple[list[Site], str] | str:
-    """The constants of ``v``'s producer that absorb 1/s, and the fold's name; or why there are none."""
+def _fold_sites(graph: Graph, v: Value, index: np.ndarray) -> tuple[list[Site], str] | str | None:
+    """The constants of ``v``'s producer that absorb 1/s[index] (a vector along the last axis)."""
     p = v.producer
     ins = graph.inputs_of(p)
     what = f"{p.qualified_op} '{node_label(p)}'"
+    n = len(index)
+    at = None if np.array_equal(index, np.arange(n)) else tuple(int(i) for i in index)
     if not p.domain and p.op in _NORMS and v.port == 0:
         if p.attrs.axis not in (-1, len(v.type.shape or ()) - 1):
             return f"produced by {what}, which normalizes over more than the channel axis"
         sites = []
         for port in (1, 2) if p.op == "LayerNormalization" else (1,):
             if port < len(ins) and ins[port] is not None:
-                if not _channel_const(_const(ins[port]), k):
+                if not _channel_const(_const(ins[port]), n):
                     return f"produced by {what}, whose input {port} is not a per-channel constant"
-                sites.append(Site(p.id, port, -1, -1))
+                sites.append(Site(p.id, port, -1, -1, at))
         return sites, p.op
     if not p.domain and p.op in ("Mul", "Add") and len(ins) == 2:
-        consts = [i for i, x in enumerate(ins) if _channel_const(_const(x), k)]
+        consts = [i for i, x in enumerate(ins) if _channel_const(_const(x), n)]
         if len(consts) != 1 or _const(ins[1 - consts[0]]) is not None:
             return f"produced by {what} without one per-channel constant operand"
-        site = Site(p.id, consts[0], -1, -1)
+        site = Site(p.id, consts[0], -1, -1, at)
         if p.op == "Mul":
             return [site], "Mul"
         a = ins[1 - consts[0]]
         assert a is not None
         if not _sole_reader(graph, a, p):
             return f"produced by {what}, whose other input is read elsewhere too"
-        inner = _producer_sites(graph, a, k)
+        ja = broadcast_index(index.reshape((1,) * (len(v.type.shape or ()) - 1) + (n,)), _dims(v), _dims(a))
+        if isinstance(ja, str):
+            return f"produced by {what}: {ja}"
+        inner = _producer_sites(graph, a, ja)
         if isinstance(inner, str):
             return inner
         return [*inner[0], site], f"{inner[1]}+Add"
@@ -197,22 +214,53 @@ def _producer_sites(graph: Graph, v: Value, k: int) -> tuple[list[Site], str] | 
         w = _const(ins[1])
         assert w is not None
         axis = 0 if p.op == "Gemm" and p.attrs.transB else 1
-        if w.shape[axis] != k:
+        if w.shape[axis] != n:
             return f"produced by {what} with {w.shape[axis]} output columns"
-        sites = [Site(p.id, 1, axis, -1)]
+        sites = [Site(p.id, 1, axis, -1, at)]
         if p.op == "Gemm" and len(ins) > 2 and ins[2] is not None:
-            if not _channel_const(_const(ins[2]), k, rows=True):
+            if not _channel_const(_const(ins[2]), n, rows=True):
                 return f"produced by {what}, whose bias is not constant"
-            sites.append(Site(p.id, 2, -1, -1))
+            sites.append(Site(p.id, 2, -1, -1, at))
         return sites, p.op
-    if keeps_last_axis(graph, p):  # a Gather of the class token, a reshape keeping the channels
-        a = ins[0]
-        assert a is not None
-        if not _sole_reader(graph, a, p):
-            return f"produced by {what}, whose input is read elsewhere too"
-        inner = _producer_sites(graph, a, k)
-        return inner if isinstance(inner, str) else (inner[0], f"{inner[1]}>{p.op}")
-    return f"produced by {what}, which has no per-channel parameters to fold 1/s into"
+    return None
+
+
+def _dims(v: Value) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else -1 for d in v.type.shape or ())
+
+
+def _producer_sites(graph: Graph, v: Value, j: np.ndarray) -> tuple[list[Site], str] | str:
+    """The constants that absorb 1/s[j] for ``v`` (channel index ``j``, :mod:`smooth_paths`); or why none.
+
+    A producer with per-channel constants takes s along the last axis; an op that moves values
+    (:data:`~compiler.quant.smooth_paths.MOVES`) hands the index on to its input, read by it alone.
+    """
+    p = v.producer
+    what = f"{p.qualified_op} '{node_label(p)}'"
+    shape = v.type.shape
+    if not shape or not isinstance(shape[-1], int):
+        return f"produced by {what}, whose output has no static last dim"
+    index = index_vector(j, int(shape[-1]))
+    folded = _fold_sites(graph, v, index) if index is not None else None
+    if folded is not None:
+        return folded
+    moved = index_back(graph, p, v, j)
+    if moved is None or isinstance(moved, str):
+        if index is None and isinstance(_fold_sites(graph, v, np.arange(int(shape[-1]))), tuple):
+            return (
+                f"produced by {what}, whose constants are per channel while the scale varies "
+                f"along axis {varying_axis(j)} of '{v.name}'"
+            )
+        if moved is None:
+            return f"produced by {what}, which has no per-channel parameters to fold 1/s into"
+        return f"produced by {what}: {moved}"
+    port, j_in = moved
+    a = graph.inputs_of(p)[port]
+    assert a is not None
+    if not _sole_reader(graph, a, p):
+        return f"produced by {what}, whose input is read elsewhere too"
+    inner = _producer_sites(graph, a, j_in)
+    return inner if isinstance(inner, str) else (inner[0], f"{inner[1]}>{p.op}")
 
 
 def _group(graph: Graph, x: Value) -> SmoothGroup | str:
@@ -228,7 +276,7 @@ def _group(graph: Graph, x: Value) -> SmoothGroup | str:
         if isinstance(site, str):
             return site
         sites.append(site)
-    prod = _producer_sites(graph, x, k)
+    prod = _producer_sites(graph, x, np.arange(k).reshape((1,) * (len(shape) - 1) + (k,)))
     if isinstance(prod, str):
         return prod
     readers = [s.node for s in sites]
@@ -259,70 +307,6 @@ def find_groups(graph: Graph) -> tuple[list[SmoothGroup], dict[str, str]]:
 
 
 # ---------------------------------------------------------------------------------- measurement
-@dataclass
-class _Stats:
-    lo: np.ndarray
-    hi: np.ndarray
-    rows: list[np.ndarray] = field(default_factory=list)
-
-
-def _collect(graph: Graph, groups: Sequence[SmoothGroup], samples: SampleSource) -> dict[str, _Stats]:
-    """Per-channel min/max of every group's X over the samples, and up to ROW_CAP of its rows."""
-    names = [g.x for g in groups]
-    run = graph_runner(graph, names)
-    per = max(1, ROW_CAP // max(len(samples), 1))
-    stats: dict[str, _Stats] = {}
-    for feeds in samples:
-        out = run(feeds)
-        for g in groups:
-            x = np.asarray(out[g.x], np.float32).reshape(-1, g.channels)
-            st = stats.get(g.x)
-            if st is None:
-                st = stats[g.x] = _Stats(x.min(0).astype(np.float64), x.max(0).astype(np.float64))
-            else:
-                st.lo, st.hi = np.minimum(st.lo, x.min(0)), np.maximum(st.hi, x.max(0))
-            st.rows.append(x[:: max(1, -(-len(x) // per))])
-    return stats
-
-
-def smoothing_scales(xmax: np.ndarray, wmax: np.ndarray, alpha: float) -> np.ndarray:
-    """s_j = max|X_j|^α / max|W_j|^(1-α) (float64), 1 where a channel is dead, clamped."""
-    live = (xmax > 0) & (wmax > 0)
-    x, w = np.where(live, xmax, 1.0), np.where(live, wmax, 1.0)
-    s = np.where(live, np.power(x, alpha) / np.power(w, 1.0 - alpha), 1.0)
-    return np.clip(s, _S_MIN, _S_MAX)
-
-
-@dataclass(frozen=True)
-class _Setting:
-    act_dtype: DType
-    symmetric: bool
-    per_channel: bool
-
-
-def _sqnr(signal: float, noise: float) -> float:
-    return 999.0 if noise <= 0 else (-999.0 if signal <= 0 else 10.0 * math.log10(signal / noise))
-
-
-def _score(
-    rows: np.ndarray, st: _Stats, weights: Sequence[np.ndarray], s: np.ndarray, cfg: _Setting
-) -> float:
-    """min over readers of SQNR(q_x(X / s) q_w(diag(s) W), X W), X the kept rows."""
-    inv = 1.0 / s
-    p = range_params(
-        float((st.lo * inv).min()), float((st.hi * inv).max()), cfg.act_dtype, symmetric=cfg.symmetric
-    )
-    xq = dequantize(quantize((rows * inv).astype(np.float32), p), p)
-    worst = math.inf
-    for w in weights:
-        ref = rows @ w
-        ws = (w * s[:, None]).astype(np.float32)
-        wp = weight_params(ws, 1 if cfg.per_channel else None)
-        d = (xq @ dequantize(quantize(ws, wp), wp)).astype(np.float64) - ref
-        worst = min(worst, _sqnr(float(np.square(ref, dtype=np.float64).sum()), float(np.square(d).sum())))
-    return worst
-
-
 def _weights(graph: Graph, group: SmoothGroup) -> list[np.ndarray]:
     """Each reader's current weight as [K, N] float32."""
     out = []
@@ -341,10 +325,11 @@ def _apply(graph: Graph, group: SmoothGroup, s: np.ndarray) -> None:
         v = graph.inputs_of(node)[site.port]
         c = _const(v)
         assert v is not None and c is not None
-        c64 = np.full(s.shape, float(c), np.float64) if c.ndim == 0 else c.astype(np.float64)
+        m = s if site.index is None else np.append(s, 1.0)[np.asarray(site.index)]
+        c64 = np.full(m.shape, float(c), np.float64) if c.ndim == 0 else c.astype(np.float64)
         shape = [1] * c64.ndim
         shape[site.axis] = -1
-        new = (c64 * np.power(s, site.power).reshape(shape)).astype(c.dtype)
+        new = (c64 * np.power(m, site.power).reshape(shape)).astype(c.dtype)
         graph.set_input(node, site.port, graph.add_constant(new, f"{v.name}_smooth"))
         if not graph.has_users(v.producer) and not graph.is_output(v):
             graph.remove(v.producer)
@@ -358,6 +343,7 @@ def smooth_quant(
     act_dtype: DType = DType.UINT8,
     symmetric: bool = False,
     per_channel: bool = True,
+    method: CalibMethod | None = None,
 ) -> SmoothReport:
     """Smooth every foldable group of ``graph`` in place; ``alpha`` None searches it per group."""
     groups, skipped = find_groups(graph)
@@ -366,20 +352,17 @@ def smooth_quant(
     )
     if not groups or not len(samples):
         return report
-    cfg = _Setting(act_dtype, symmetric, per_channel)
-    stats = _collect(graph, groups, samples)
+    cfg = SearchSetting(act_dtype, symmetric, per_channel, method or CalibMethod())
+    stats = collect(graph, [g.x for g in groups], [g.channels for g in groups], samples)
     for g in groups:
         st = stats[g.x]
-        rows = np.concatenate(st.rows)
-        weights = _weights(graph, g)
-        xmax = np.maximum(np.abs(st.lo), np.abs(st.hi))
-        wmax = np.max([np.abs(w).max(axis=1) for w in weights], axis=0).astype(np.float64)
-        off = _score(rows, st, weights, np.ones(g.channels), cfg)
+        score = Scorer(st, _weights(graph, g), cfg)
+        off = score(None)
         grid = ALPHAS if alpha is None else (alpha,)
-        tried = {a: _score(rows, st, weights, smoothing_scales(xmax, wmax, a), cfg) for a in grid}
+        tried = {a: score(a) for a in grid}
         best = max(tried, key=lambda a: (tried[a], -a))
         g.sqnr_db = {"off": off, f"{best:g}": tried[best]}
-        s = smoothing_scales(xmax, wmax, best)
+        s = smoothing_scales(st.xmax(), score.wmax, best)
         smooth = float(np.abs(np.log(s)).max()) <= _SMOOTH  # already smoothed with this alpha
         if not smooth and (alpha is not None or tried[best] > off + _GAIN_DB):
             _apply(graph, g, s)
