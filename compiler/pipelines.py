@@ -47,6 +47,7 @@ PIPELINES: dict[str, list[PipelineItem]] = {
     "exact": [
         _CLEANUP,
         "unroll-loops",
+        "lift-weight-only",
         _BATCHNORM,
         "fuse-conv-bias-act",
         _CLEANUP,
@@ -55,6 +56,7 @@ PIPELINES: dict[str, list[PipelineItem]] = {
         _CLEANUP,
         "unroll-loops",
         "canonicalize",
+        "lift-weight-only",
         _BATCHNORM,
         "fuse-conv-bias-act",
         _CLEANUP,
@@ -81,6 +83,8 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
         "normalize-gemm",
         # x/2 (1 + erf(x/sqrt(2))) as one Gelu, which the MNN writer computes with vectorized kernels
         "mnn-fuse-gelu",
+        # x / sqrt(mean(x^2) + eps) * w as one RMSNormalization (MNN's LayerNorm with useRMSNorm)
+        "fuse-rms-norm",
         "decompose{backend=mnn}",
         _LEGALIZE_CLEANUP,
         "mnn-gptq-weights",
@@ -127,10 +131,12 @@ def tvm_legalization(target: str, lanes: int | None) -> list[PipelineItem]:
     """
     items: list[PipelineItem] = [
         "fuse-conv-bias-act",
-        "fuse-quantized-ops",
+        "fuse-quantized-ops{conv1d=1}",  # 1-D convs too (H = 1): the int8 conv kernel, not fake quant
         "normalize-gemm",
         "fold-constants",
         f"decompose{{backend=tvm,target={target}}}",
+        f"fuse-attention{{backend=tvm,target={target}}}",
+        "fuse-rms-norm",
         "eliminate-dead-nodes",
     ]
     if lanes is not None:

@@ -28,7 +28,9 @@ def test_matrix_classes(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows["LogSoftmax"]["mnn"].status == "decomposed"
     assert "log-softmax" in rows["LogSoftmax"]["mnn"].detail
     assert rows["LogSoftmax"]["tvm"].status == "native"
-    assert rows["Loop"]["cann"].status == "refused" and "no cann lowering" in rows["Loop"]["cann"].detail
+    # Loop: unrolled (a static trip count) for CANN; refused cells name the backend
+    assert rows["Loop"]["cann"].status == "decomposed" and rows["Loop"]["cann"].detail == "unroll-loop"
+    assert rows["Compress"]["cann"].status == "refused" and "no cann lowering" in rows["Compress"]["cann"].detail
     assert main(["ops", "--json", "--backend", "mnn"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["Conv"]) == {"mnn"} and doc["Conv"]["mnn"]["status"] == "native"

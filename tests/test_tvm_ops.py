@@ -128,9 +128,9 @@ def test_op_matches_onnxruntime(
 
 
 def test_op_without_a_rule_is_reported_by_node() -> None:
-    g = Graph("op")
-    x = g.add_input("x", TensorType.of(_f(2, 5, 5)))
-    node = g.add_node("Det", [x], {}, name="my_det")
-    g.set_outputs(g.outputs_of(node))
-    with pytest.raises(UnsupportedOpsError, match="Det.*my_det"):
+    from frontends.onnx.loader import load_onnx
+    from tests.helpers.control_flow_models import loop_cumsum_model
+
+    g = load_onnx(loop_cumsum_model(m_input=True))  # a Loop whose trip count is an input: no rule
+    with pytest.raises(UnsupportedOpsError, match="Loop.*cumsum_loop"):
         lower_graph(g, resolve_target("cpu"), "m.onnx")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from backends.tvm.lowering.table import LowerContext, Rule, capabilities
+from backends.tvm.lowering.table import LowerContext, Rule, capabilities, rule_for
 from compiler.errors import UnsupportedOpsError
 from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph
 
@@ -46,27 +46,33 @@ def _unsupported(graph: Graph, table: CapabilityTable[Rule]) -> dict[str, list[s
 def lower_graph(
     graph: Graph, target: TargetSpec, source: str = "model", on_node: Callable[[], None] | None = None
 ) -> LoweredModule:
-    """Lower a verified, statically shaped graph to a Relax IRModule (``on_node`` ticks per node)."""
+    """Lower a verified graph to a Relax IRModule (``on_node`` ticks per node); dims known only at
+    run time become symbolic dims (:mod:`backends.tvm.dynamic_shapes`)."""
     from tvm import relax
 
     table = capabilities()
     missing = _unsupported(graph, table)
     if missing:
         raise UnsupportedOpsError(f"{source} (--target {target.name})", missing)
+    from backends.tvm.dynamic_shapes import graph_is_dynamic, relax_type, split_at_shape_definitions
+
     bb = relax.BlockBuilder()
     ctx = LowerContext(bb, graph, target)
-    params = []
-    for v in graph.inputs:
-        t = v.type
-        params.append(
-            relax.Var(v.name, relax.TensorType([int(d) for d in t.shape or ()], t.dtype.numpy.name))
-        )
+    params = [relax.Var(v.name, relax_type(v.type)) for v in graph.inputs]
+    if not graph_is_dynamic(graph):
+        with bb.function("main", params):
+            with bb.dataflow():
+                results = lower_body(ctx, list(params), on_node)
+                out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
+            bb.emit_func_output(out)
+        return LoweredModule(bb.get(), ctx.kernel_log)
+    # run-time dims: built without dataflow, then split at every dim definition (see dynamic_shapes)
     with bb.function("main", params):
-        with bb.dataflow():
-            results = lower_body(ctx, list(params), on_node)
-            out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
-        bb.emit_func_output(out)
-    return LoweredModule(bb.get(), ctx.kernel_log)
+        results = lower_body(ctx, list(params), on_node)
+        bb.emit_func_output(results[0] if len(results) == 1 else relax.Tuple(results))
+    mod = bb.get()
+    mod["main"] = split_at_shape_definitions(mod["main"])
+    return LoweredModule(relax.transform.CanonicalizeBindings()(mod), ctx.kernel_log)
 
 
 def lower_body(ctx: LowerContext, inputs: list[Any], on_node: Callable[[], None] | None = None) -> list[Any]:
@@ -75,7 +81,10 @@ def lower_body(ctx: LowerContext, inputs: list[Any], on_node: Callable[[], None]
     Also lowers a control-flow body in place (``ctx`` then holds the subgraph): the caller has
     checked every node against the table.
     """
-    graph, table = ctx.graph, capabilities()
+    from backends.tvm.dynamic_shapes import conform, is_dynamic
+    from backends.tvm.lowering.shape_values import track_values
+
+    graph = ctx.graph
     env: dict[tuple[int, int], Any] = {}
     for v, p in zip(graph.inputs, inputs, strict=True):
         env[(v.node, v.port)] = p
@@ -86,7 +95,10 @@ def lower_body(ctx: LowerContext, inputs: list[Any], on_node: Callable[[], None]
             env[(node.id, 0)] = ctx.const(node.attrs.value)
             continue
         ins = [None if v is None else env[(v.node, v.port)] for v in graph.inputs_of(node)]
-        outs = table.lower_for(node.qualified_op)(ctx, node, ins)
+        outs = rule_for(graph, node)(ctx, node, ins)
+        if is_dynamic(graph, node):
+            outs = [conform(ctx, x, t) for x, t in zip(outs, node.output_types, strict=True)]
+        track_values(ctx, node, ins, outs)
         for port, expr in enumerate(outs):
             env[(node.id, port)] = expr
         if on_node is not None:

@@ -45,6 +45,6 @@ def assert_all_close(
         for k in expected:
             assert_close(actual[k], expected[k], rtol=rtol, atol=atol, what=k)
     else:
-        assert len(actual) == len(expected)
+        assert not isinstance(actual, Mapping) and len(actual) == len(expected)
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             assert_close(a, e, rtol=rtol, atol=atol, what=f"output {i}")

@@ -4,14 +4,20 @@ Importing this package registers every rule in :mod:`backends.tvm.lowering.table
 """
 
 from backends.tvm.lowering import (  # noqa: F401
+    attention,
     control_flow,
     conv,
+    data_shaped,
+    dynamic,
     elementwise,
     indexing,
+    linalg_extra,
     math,
     nn,
     normalization,
+    random_numbers,
     recurrent,
+    resize,
     static_values,
     tensor,
     weight_only,

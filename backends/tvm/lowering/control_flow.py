@@ -7,6 +7,13 @@ them has a TVM rule (recursively: an If inside a branch lowers the same way); it
 branches, so a branch of more than :data:`MAX_BRANCH_OPS` ops is refused instead. An If with a
 constant condition never gets here: inline-constant-if folds it to its taken branch. Loop and
 Scan have no rule (their trip counts and carried shapes would need real control flow).
+
+An If with a dim known only at run time (a branch may give ``[0]``, the other ``[n]``) computes
+both branches the same way, and each output is the taken branch's with its shape: ``c`` (the
+condition, 0 or 1) becomes a symbolic dim and ``out = select(c, then, else)`` has the dims
+``c·d_then + (1 - c)·d_else``. (A Relax ``If`` would run only the taken branch, but TVM 0.27's
+StaticPlanBlockMemory shares storage across If branches: the VM then reads a storage the
+untaken branch never allocated, and crashes.)
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from backends.tvm.lowering.table import LowerContext, capabilities, lowers
+from backends.tvm.lowering.table import LowerContext, capabilities, lowers, lowers_dynamic
 from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node
 from compiler.ops.registry import get_op
 
@@ -74,3 +81,52 @@ def _if(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
         results.append(lower_body(sub, caps))
     cond = ctx.emit(op.reshape(ins[0], ()))
     return [ctx.emit(op.where(cond, t, e)) for t, e in zip(*results, strict=True)]
+
+
+def _dynamic_if_reason(graph: Graph, node: Node) -> str | None:
+    cond = graph.inputs_of(node)[0]
+    assert cond is not None
+    if cond.type.is_static and cond.type.numel != 1:
+        return f"condition has {cond.type.numel} elements, expected 1"
+    then_b, else_b = node.attrs.then_branch, node.attrs.else_branch
+    for i, (t, e) in enumerate(zip(then_b.outputs, else_b.outputs, strict=True)):
+        if t.type.rank != e.type.rank or t.type.rank is None:
+            return f"output {i}: the branches give ranks {t.type.rank} and {e.type.rank}"
+    for label, body in _branches(node):
+        why = _branch_reason(label, body)
+        if why is not None:
+            return why
+    return None
+
+
+def select_te(c: Any, t: Any, e: Any, dims: list[Any]) -> Any:
+    """out[i] = t[i] if c else e[i], of the chosen one's shape (only that one is read)."""
+    from tvm import te, tirx
+
+    return te.compute(dims, lambda *i: tirx.if_then_else(c != 0, t[i], e[i]), name="kiln_select")
+
+
+@lowers_dynamic("If", check=_dynamic_if_reason)
+def _dynamic_if(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """Both branches computed; each output is the taken branch's, with the shape
+    ``c·then + (1 - c)·else`` (c in {0, 1} read at run time as a symbolic dim)."""
+    from tvm import relax
+
+    from backends.tvm.dynamic_shapes import conform, define_length, relax_shape
+    from backends.tvm.lower import lower_body
+
+    op = relax.op
+    caps = [x for x in ins[1:] if x is not None]
+    results = []
+    for _, body in _branches(node):
+        outs = lower_body(dataclasses.replace(ctx, graph=body), caps)
+        results.append([conform(ctx, x, v.type) for x, v in zip(outs, body.outputs, strict=True)])
+    flag = ctx.emit(op.reshape(op.astype(op.astype(ins[0], "bool"), "int64"), (1,)))
+    c = define_length(ctx, flag, "c")
+    outs = []
+    for t, e in zip(*results, strict=True):
+        dt, de = relax_shape(t), relax_shape(e)
+        assert dt is not None and de is not None
+        dims = [c * a + (1 - c) * b for a, b in zip(dt, de, strict=True)]
+        outs.append(ctx.bb.emit_te(select_te, c, t, e, dims, primfunc_name_hint="kiln_select"))
+    return outs

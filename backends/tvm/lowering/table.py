@@ -30,6 +30,8 @@ __all__ = [
     "LowerContext",
     "Rule",
     "lowers",
+    "lowers_dynamic",
+    "rule_for",
     "capabilities",
     "const_inputs",
     "single_output",
@@ -49,6 +51,9 @@ class LowerContext:
     target: TargetSpec
     kernels: dict[str, Any] = field(default_factory=dict)  # kernel name -> GlobalVar
     kernel_log: list[dict[str, Any]] = field(default_factory=list)
+    # Relax value -> its int64 elements as PrimExprs, for small shape tensors whose elements are
+    # known symbolically (Shape of a run-time-shaped tensor and what is computed from it)
+    values: dict[Any, list[Any]] = field(default_factory=dict)
 
     def emit(self, expr: Expr) -> Expr:
         """Bind ``expr`` to a dataflow variable."""
@@ -113,6 +118,8 @@ class LowerContext:
 
 Rule = Callable[[LowerContext, "Node", list[Any]], list[Any]]
 _RULES: dict[str, OpSupport[Rule]] = {}
+_DYNAMIC: dict[str, OpSupport[Rule]] = {}
+"""Rules for nodes with a dim known only at run time (:mod:`backends.tvm.lowering.dynamic`)."""
 
 
 def lowers(*ops: str, check: Check | None = None) -> Callable[[Rule], Rule]:
@@ -128,29 +135,65 @@ def lowers(*ops: str, check: Check | None = None) -> Callable[[Rule], Rule]:
     return deco
 
 
-_DATA_SHAPED = "its output length depends on the data, and TVM artifacts have static shapes"
+def lowers_dynamic(*ops: str, check: Check | None = None) -> Callable[[Rule], Rule]:
+    """Register the rule (and its check) for nodes of ``ops`` with a run-time dim: the rule sees
+    symbolic Relax shapes (``tirx.Var`` dims) and must not read ``ctx.out_shape``."""
+
+    def deco(fn: Rule) -> Rule:
+        for op in ops:
+            assert op not in _DYNAMIC, op
+            _DYNAMIC[op] = OpSupport(fn, check, dynamic_outputs=True)
+        return fn
+
+    return deco
+
+
+def rule_for(graph: Graph, node: Node) -> Rule:
+    """The rule lowering ``node``: the symbolic-shape one when a dim is known only at run time."""
+    from backends.tvm.dynamic_shapes import is_dynamic
+
+    table = _DYNAMIC if is_dynamic(graph, node) else _RULES
+    return table[node.qualified_op].lower
+
+
+_DATA_SHAPED = "its output length depends on the data"
 REFUSED: dict[str, str] = {
-    "NonZero": _DATA_SHAPED + " (fold-constants computes it when the input is a constant)",
-    "NonMaxSuppression": _DATA_SHAPED,
     "Compress": _DATA_SHAPED + " (fold-constants computes it when the condition is a constant)",
-    "Loop": "Loop needs run-time control flow (unroll-loops unrolls a constant trip count first)",
-    "Scan": "Scan needs run-time control flow",
-    "RandomNormalLike": "random number generation is not lowered (the op is not deterministic)",
-    "RandomUniformLike": "random number generation is not lowered (the op is not deterministic)",
-    "Det": "a determinant needs a pivoted LU factorization, which Kiln does not lower",
+    "Loop": "Loop needs run-time control flow (unroll-loop unrolls a static trip count first)",
+    "Scan": "Scan needs run-time control flow (unroll-scan unrolls a static sequence length first)",
 }
 """Ops without a rule on purpose, with the reason the preflight and the lowering report."""
 
 
 class TvmCapabilityTable(CapabilityTable[Rule]):
-    """The TVM table: ops in :data:`REFUSED` are refused with their reason."""
+    """The TVM table: ops in :data:`REFUSED` are refused with their reason; a node with a dim known
+    only at run time is asked of the symbolic-shape rules (``dynamic``), the others of the static
+    ones (every op of either is in the table, for ``kiln ops``)."""
+
+    def __init__(self, static: dict[str, OpSupport[Rule]], dynamic: dict[str, OpSupport[Rule]]) -> None:
+        super().__init__("tvm", {**dynamic, **static}, requires_static=False)
+        self._static, self._dynamic = static, dynamic
 
     def reason(self, graph: Graph, node: Node) -> str | None:
         """Why TVM cannot lower ``node`` (the precise reason for a deliberately refused op)."""
-        why = super().reason(graph, node)
-        if why is not None and node.qualified_op not in self and node.qualified_op in REFUSED:
-            return f"{why}: {REFUSED[node.qualified_op]}"
-        return why
+        from backends.tvm.dynamic_shapes import is_dynamic
+        from compiler.backend import DYNAMIC_SHAPE
+        from compiler.ir.graph import CONSTANT_OP, INPUT_OP
+
+        op = node.qualified_op
+        if node.op in (INPUT_OP, CONSTANT_OP) and not node.domain:
+            return None
+        if op not in self:
+            why = f"no {self.backend} lowering"
+            return f"{why}: {REFUSED[op]}" if op in REFUSED else why
+        types = [v.type for v in graph.inputs_of(node) if v is not None] + list(node.output_types)
+        if any(t.shape is None for t in types):
+            return f"{DYNAMIC_SHAPE}: a tensor of unknown rank"
+        entries = self._dynamic if is_dynamic(graph, node) else self._static
+        entry = entries.get(op)
+        if entry is None:
+            return f"{DYNAMIC_SHAPE}: no symbolic-shape TVM lowering of {op}"
+        return entry.check(graph, node) if entry.check is not None else None
 
 
 @functools.cache
@@ -158,7 +201,7 @@ def capabilities() -> CapabilityTable[Rule]:
     """The TVM op table (the same for every target: rules pick target kernels themselves)."""
     import backends.tvm.lowering  # noqa: F401  (registers the rules)
 
-    return TvmCapabilityTable("tvm", _RULES)
+    return TvmCapabilityTable(_RULES, _DYNAMIC)
 
 
 def const_inputs(*ports: tuple[int, str]) -> Check:

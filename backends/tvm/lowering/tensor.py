@@ -164,6 +164,8 @@ def _split(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     axis = int(node.attrs.axis) % rank
     sizes = [ctx.out_shape(node, i)[axis] for i in range(node.num_outputs)]
     cuts = [int(v) for v in np.cumsum(sizes)[:-1]]
+    if not cuts:  # one part: Relax's split of no cuts is the tensor itself, not a 1-tuple
+        return [ins[0]]
     parts = ctx.emit(_op().split(ins[0], cuts, axis))
     return [ctx.emit(relax.TupleGetItem(parts, i)) for i in range(node.num_outputs)]
 
