@@ -19,12 +19,11 @@ never reach memory.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.tvm.kernels.fast_math import fast_exp
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa, spec_key
 from backends.tvm.schedule_nest import fits_stack, vec_width
 
 if TYPE_CHECKING:
@@ -57,7 +56,7 @@ class AttentionSpec:
 
     def key(self) -> str:
         """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+        return spec_key(self)
 
 
 def pick_attention_rows(queries: int, value_depth: int, lanes: int) -> int:

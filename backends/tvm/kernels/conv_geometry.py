@@ -18,12 +18,12 @@ reaches past the input (DeepLab's ASPP rates 24 and 36 on a 20x20 map) becomes a
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from backends.tvm.kernels.kernel import spec_key
 from compiler.ops import blocked_layout as bl
 
 __all__ = [
@@ -125,7 +125,7 @@ class ConvGeometry:
 
     def key(self) -> str:
         """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+        return spec_key(self)
 
 
 def grouped_fits(g: ConvGeometry) -> bool:

@@ -15,14 +15,13 @@ the bias+activation epilogue computed inside that loop.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from backends.tvm.kernels.epilogue import ACTIVATIONS, activation_expr
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa, spec_key
 from backends.tvm.schedule_nest import fits_stack
 
 if TYPE_CHECKING:
@@ -74,7 +73,7 @@ class DenseSpec:
 
     def key(self) -> str:
         """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+        return spec_key(self)
 
 
 def _check(spec: DenseSpec) -> None:

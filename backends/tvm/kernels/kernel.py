@@ -10,13 +10,14 @@ its schedule uses: the "which kernel ran" report of :mod:`backends.tvm.kernel_re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from backends.tvm.target import TargetSpec
 
-__all__ = ["Kernel", "mark_scheduled", "OPAQUE_PATTERN", "simd_isa", "INT8_DOT_ISA", "ISA_PATHS"]
+__all__ = ["Kernel", "spec_key", "mark_scheduled", "OPAQUE_PATTERN", "simd_isa", "INT8_DOT_ISA", "ISA_PATHS"]
 
 OPAQUE_PATTERN = 8  # relax OpPatternKind.kOpaque
 
@@ -26,6 +27,11 @@ ISA_PATHS = ("vnni", "avx512", "avx2", "sdot", "neon", "dp4a", "cuda", "generic"
 
 # int8 dot kind (conv2d_int8.dot_kind) -> the instruction path it runs on
 INT8_DOT_ISA = {"vnni": "vnni", "avx2": "avx2", "sdot": "sdot", "neon": "neon", "plain": "generic"}
+
+
+def spec_key(spec: Any) -> str:
+    """A short deterministic hash of every field of the dataclass ``spec`` (a kernel name's suffix)."""
+    return hashlib.sha1(repr(astuple(spec)).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,10 @@ in a small stack buffer, and the final division (or copy) runs inside the column
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa, spec_key
 from backends.tvm.schedule_nest import fits_stack
 
 if TYPE_CHECKING:
@@ -89,7 +88,7 @@ class PoolSpec:
 
     def key(self) -> str:
         """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+        return spec_key(self)
 
 
 def _check(spec: PoolSpec) -> None:

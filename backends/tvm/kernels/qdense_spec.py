@@ -27,11 +27,11 @@ the row tile):
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from backends.tvm.kernels.kernel import spec_key
 from compiler.ops.qconv import qconv_multiplier, qconv_requant_multiplier
 
 __all__ = ["QDenseSpec", "pack_qdense_weight", "pack_qdense_bias", "pack_qdense_multiplier", "DOT_SIGNED"]
@@ -120,7 +120,7 @@ class QDenseSpec:
 
     def key(self) -> str:
         """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+        return spec_key(self)
 
     def validate(self) -> None:
         """Raise ValueError for specs the kernel does not build."""

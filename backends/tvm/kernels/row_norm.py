@@ -14,11 +14,10 @@ written once.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa, spec_key
 from backends.tvm.schedule_nest import PARALLEL_MIN_WORK, vec_width
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ class RowNormSpec:
 
     def key(self) -> str:
         """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+        return spec_key(self)
 
 
 def row_norm_width(width: int, lanes: int) -> int | None:

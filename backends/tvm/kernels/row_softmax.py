@@ -10,12 +10,11 @@ and y written once, every loop vectorized.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.tvm.kernels.fast_math import fast_exp
-from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa
+from backends.tvm.kernels.kernel import Kernel, mark_scheduled, simd_isa, spec_key
 from backends.tvm.schedule_nest import PARALLEL_MIN_WORK
 
 if TYPE_CHECKING:
@@ -39,7 +38,7 @@ class RowSoftmaxSpec:
 
     def key(self) -> str:
         """A short deterministic hash of all spec fields."""
-        return hashlib.sha1(repr(astuple(self)).encode()).hexdigest()[:12]
+        return spec_key(self)
 
 
 def row_softmax_compute(spec: RowSoftmaxSpec) -> Any:
