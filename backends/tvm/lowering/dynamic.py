@@ -551,21 +551,12 @@ _roi = _RULES["RoiAlign"]
 @lowers_dynamic("RoiAlign", check=_roi.check)
 def _roi_align(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     """The static rule's Relax form (TOPI's roi_align over the run-time number of ROIs)."""
-    from tvm import relax
+    from backends.tvm.lowering.indexing import roi_align_rows
 
     a = node.attrs
-    op = _op()
-    dt = ctx.in_type(node, 1).dtype.numpy.name
-    scale = float(a.spatial_scale)
-    half = a.coordinate_transformation_mode == "half_pixel"
-    rois = ins[1]
-    if half:
-        rois = ctx.emit(op.subtract(rois, ctx.scalar(0.5 / scale, dt)))
-    batch = ctx.emit(op.astype(op.expand_dims(ins[2], 1), dt))
-    rows = ctx.emit(op.concat(relax.Tuple([batch, rois]), 1))
-    pooled = (int(a.output_height), int(a.output_width))
+    rows, pooled, scale, half = roi_align_rows(ctx, node, ins)
     if ctx.target.kind != "cuda":
-        return [ctx.emit(op.vision.roi_align(ins[0], rows, pooled, scale, int(a.sampling_ratio), half))]
+        return [ctx.emit(_op().vision.roi_align(ins[0], rows, pooled, scale, int(a.sampling_ratio), half))]
     return [_roi_align_gpu(ctx, ins[0], rows, pooled, scale, int(a.sampling_ratio), half)]
 
 

@@ -143,10 +143,9 @@ def _roi_align_reason(graph: Any, node: Node) -> str | None:
     return None
 
 
-@lowers("RoiAlign", check=_roi_align_reason)
-def _roi_align(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
-    """TOPI's roi_align on ``[batch_index, x1, y1, x2, y2]`` rows; half_pixel's ``- 1/2`` after the
-    scale is folded into the ROI as ``- 1/(2 scale)``."""
+def roi_align_rows(ctx: LowerContext, node: Node, ins: list[Any]) -> tuple[Any, tuple[int, int], float, bool]:
+    """TOPI's ``[batch_index, x1, y1, x2, y2]`` rows, the pooled size, the scale and half_pixel;
+    half_pixel's ``- 1/2`` after the scale is folded into the ROI as ``- 1/(2 scale)``."""
     from tvm import relax
 
     a = node.attrs
@@ -159,9 +158,19 @@ def _roi_align(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
         rois = ctx.emit(op.subtract(rois, ctx.scalar(0.5 / scale, dt)))
     batch = ctx.emit(op.astype(op.expand_dims(ins[2], 1), dt))
     rows = ctx.emit(op.concat(relax.Tuple([batch, rois]), 1))
-    pooled = (int(a.output_height), int(a.output_width))
+    return rows, (int(a.output_height), int(a.output_width)), scale, half
+
+
+@lowers("RoiAlign", check=_roi_align_reason)
+def _roi_align(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
+    """TOPI's roi_align on the rows of :func:`roi_align_rows`."""
+    from tvm import relax
+
+    a = node.attrs
+    rows, pooled, scale, half = roi_align_rows(ctx, node, ins)
+    dt = ctx.in_type(node, 1).dtype.numpy.name
     if ctx.target.kind != "cuda":
-        return [ctx.emit(op.vision.roi_align(ins[0], rows, pooled, scale, int(a.sampling_ratio), half))]
+        return [ctx.emit(_op().vision.roi_align(ins[0], rows, pooled, scale, int(a.sampling_ratio), half))]
     from tvm import te, topi
 
     x_t = te.placeholder(ctx.in_type(node, 0).static_shape, ctx.in_type(node, 0).dtype.numpy.name, "x")
