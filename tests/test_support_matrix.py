@@ -30,7 +30,12 @@ def test_matrix_classes(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows["LogSoftmax"]["tvm"].status == "native"
     # Loop: unrolled (a static trip count) for CANN; refused cells name the backend
     assert rows["Loop"]["cann"].status == "decomposed" and rows["Loop"]["cann"].detail == "unroll-loop"
-    assert rows["Compress"]["cann"].status == "refused" and "no cann lowering" in rows["Compress"]["cann"].detail
+    assert (
+        rows["NonZero"]["cann"].status == "refused" and "no cann lowering" in rows["NonZero"]["cann"].detail
+    )
+    # Compress: a Gather of NonZero's positions where NonZero is native, of constant ones elsewhere
+    assert rows["Compress"]["tvm"].detail == "compress-nonzero"
+    assert rows["Compress"]["cann"].detail == "compress-constant-gather"
     assert main(["ops", "--json", "--backend", "mnn"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["Conv"]) == {"mnn"} and doc["Conv"]["mnn"]["status"] == "native"

@@ -4,7 +4,8 @@ A :class:`Decomposition` says which op it rewrites, which ops it ``produces``, w
 applies (``check``: a reason or None) and how (``rewrite``). Rules live one module per
 op family (``normalization``, ``norms``, ``activations``, ``smooth_activations``, ``thresholds``,
 ``attention``, ``reductions``, ``tensor``, ``space_depth``, ``trilu``, ``einsum``, ``spatial``,
-``logic``, ``trig``, ``cast_like``, ``static_values``, ``weight_only``, ``indexing``) and
+``logic``, ``trig``, ``cast_like``, ``static_values``, ``weight_only``, ``indexing``,
+``compress``) and
 register into :data:`DECOMPOSITIONS`. Every rule is exact in real arithmetic; its
 docstring states the math and its check refuses the cases where it is not.
 
@@ -155,6 +156,7 @@ def _ensure_loaded() -> None:
         activations,
         attention,
         cast_like,
+        compress,
         einsum,
         indexing,
         logic,

@@ -18,6 +18,7 @@ from backends.tvm.lowering import (  # noqa: F401
     random_numbers,
     recurrent,
     resize,
+    runtime_topk,
     static_values,
     tensor,
     weight_only,

@@ -1,7 +1,7 @@
 """Shape vectors whose elements are known symbolically while lowering (``ctx.values``).
 
 Shape of a run-time-shaped tensor gives ``[n, 4]`` with ``n`` a symbolic dim; the small int64
-vectors computed from it (Gather / Unsqueeze / Squeeze / Reshape / Cast / Concat / Slice of such
+vectors computed from it (Gather / Unsqueeze / Squeeze / Reshape / Cast / Concat / Slice / Min / Max of such
 values, whichever rule lowered them) keep their elements as PrimExprs, so a Reshape, Expand,
 ConstantOfShape or Slice reading one gets its dims symbolically (``[n, -1] -> [n, 364 / 4 ...]``)
 rather than at run time (fresh dims that Relax cannot relate to ``n``).
@@ -72,6 +72,26 @@ def _track_slice(ctx: LowerContext, node: Node, vals: list[list[Any] | None]) ->
     return src[slice(b, e, step)]
 
 
+def _track_min_max(ctx: LowerContext, node: Node, vals: list[list[Any] | None]) -> list[Any] | None:
+    """Elementwise min / max of tracked vectors (a 1-element one broadcasts): ``k = min(K, n)``."""
+    from tvm import tirx
+
+    if any(v is None for v in vals) or _rank(ctx, node) > 1:
+        return None
+    known = [v for v in vals if v is not None]
+    n = max(len(v) for v in known)
+    if any(len(v) not in (1, n) for v in known):
+        return None
+    fn = tirx.min if node.op == "Min" else tirx.max
+    out = []
+    for i in range(n):
+        e = known[0][i % len(known[0])]
+        for v in known[1:]:
+            e = fn(e, v[i % len(v)])
+        out.append(e)
+    return out
+
+
 _TRACKED: dict[str, Callable[[LowerContext, Node, list[list[Any] | None]], list[Any] | None]] = {
     "Gather": _track_gather,
     "Unsqueeze": _track_same,
@@ -82,6 +102,8 @@ _TRACKED: dict[str, Callable[[LowerContext, Node, list[list[Any] | None]], list[
     "Identity": _track_same,
     "Concat": _track_concat,
     "Slice": _track_slice,
+    "Min": _track_min_max,
+    "Max": _track_min_max,
 }
 """Ops whose output elements follow from tracked input elements (small int64 shape vectors)."""
 
@@ -92,7 +114,7 @@ def track_values(ctx: LowerContext, node: Node, ins: list[Any], outs: list[Any])
     if fn is None or node.domain or len(outs) != 1:
         return
     vals = [None if x is None else values_of(ctx, node, p, x) for p, x in enumerate(ins)]
-    if vals[0] is None and not (node.op == "Concat" and all(v is not None for v in vals)):
+    if vals[0] is None and not (node.op in ("Concat", "Min", "Max") and all(v is not None for v in vals)):
         return
     if all(ctx.input_const(node, p) is not None for p in range(len(ins)) if ins[p] is not None):
         return  # all constant: nothing symbolic to track

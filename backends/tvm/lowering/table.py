@@ -158,7 +158,7 @@ def rule_for(graph: Graph, node: Node) -> Rule:
 
 _DATA_SHAPED = "its output length depends on the data"
 REFUSED: dict[str, str] = {
-    "Compress": _DATA_SHAPED + " (fold-constants computes it when the condition is a constant)",
+    "Compress": _DATA_SHAPED + " (the decompose pass writes it as a Gather of NonZero's positions)",
     "Loop": "Loop needs run-time control flow (unroll-loop unrolls a static trip count first)",
     "Scan": "Scan needs run-time control flow (unroll-scan unrolls a static sequence length first)",
 }
