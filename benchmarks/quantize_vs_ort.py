@@ -38,7 +38,8 @@ The last lines give, per method, the worst and the mean ``kiln - ort`` (dB) over
 for onnxruntime's default execution of both QDQ models (its fused integer kernels) and once for
 the models run as written (``exact``, no graph optimization). Kiln compiles with ``--no-verify``
 here (the table is the verdict); ``--floor`` adds Kiln's default compile, whose 25 dB floor may
-keep layers in float, as a last column.
+keep layers in float, as a column, with how many of its Conv/Gemm/MatMul nodes stayed int8, and
+summaries of it against onnxruntime's model under either execution (``floor``, ``floorx``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +76,7 @@ from tests.helpers.quant_reference import (  # noqa: E402
     ort_ready_model,
 )
 
-__all__ = ["main", "bench_case", "sqnr_table", "zoo_case"]
+__all__ = ["main", "bench_case", "int8_share", "sqnr_table", "zoo_case"]
 
 STEMS = ["pan_mnv3s_skin_clothes_hair", "ppocr_mobile_v2_cls", "ultraface_rfb320", "yunet_n_320"]
 METHODS = ["minmax", "entropy", "percentile"]
@@ -177,25 +179,31 @@ def sqnr_table(cases: list[ModelCase], methods: list[str], work: Path, floor: bo
     bench = QuantBench({c.stem: c for c in cases}, work, verify=False)
     head = (
         f"{'model':<28} {'method':<10} {'output':<20} {'kiln dB':>8} {'ort dB':>8} {'diff':>7}"
-        f" {'exact k':>8} {'exact o':>8} {'diff':>7}" + (f" {'floor dB':>9}" if floor else "")
+        f" {'exact k':>8} {'exact o':>8} {'diff':>7}"
+        + (f" {'floor dB':>9} {'int8 MACs':>9}" if floor else "")
     )
     print(head)
     print("-" * len(head))
     rows: list[SqnrRow] = []
     exact_rows: list[SqnrRow] = []
+    floor_rows: list[tuple[SqnrRow, float, float]] = []
     for case in cases:
         for method in methods:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 got = bench.sqnr(case.stem, method)
                 exact = bench.sqnr(case.stem, method, exact=True)
                 floored = bench.sqnr(case.stem, method, floor=True) if floor else None
+            if floored is not None:
+                n_int8, n_all = int8_share(bench.kiln_dir(case.stem, method, floor=True) / "model.onnx")
+                share = f"{n_int8}/{n_all}"
+                floor_rows += [(f, r.ort, e.ort) for f, r, e in zip(floored, got, exact, strict=True)]
             for i, (r, e) in enumerate(zip(got, exact, strict=True)):
                 line = (
                     f"{r.stem:<28} {r.method:<10} {r.output[:20]:<20} {r.kiln:8.2f} {r.ort:8.2f} "
                     f"{r.kiln - r.ort:+7.2f} {e.kiln:8.2f} {e.ort:8.2f} {e.kiln - e.ort:+7.2f}"
                 )
                 if floored is not None:
-                    line += f" {floored[i].kiln:9.2f}"
+                    line += f" {floored[i].kiln:9.2f} {share:>9}"
                 if abs(r.ort - e.ort) > RESOLUTION_DB:
                     line += f"  (ort moves {e.ort - r.ort:+.2f} dB between executions)"
                 print(line, flush=True)
@@ -207,7 +215,20 @@ def sqnr_table(cases: list[ModelCase], methods: list[str], work: Path, floor: bo
     steady = [r for r, e in zip(rows, exact_rows, strict=True) if abs(r.ort - e.ort) <= RESOLUTION_DB]
     print(f"rows whose onnxruntime model is steady within {RESOLUTION_DB} dB: {len(steady)}/{len(rows)}")
     _summary("steady", steady, methods)
+    if floor_rows:  # Kiln's default compile against onnxruntime's model, under either execution
+        _summary("floor", [replace(f, ort=o) for f, o, _ in floor_rows], methods)
+        _summary("floorx", [replace(f, ort=x) for f, _, x in floor_rows], methods)
     return rows
+
+
+def int8_share(model: Path) -> tuple[int, int]:
+    """(Conv/ConvTranspose/Gemm/MatMul nodes whose weight comes through DequantizeLinear, all such nodes)."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    dequantized = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    heavy = [n for n in graph.node if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
+    return sum(len(n.input) > 1 and n.input[1] in dequantized for n in heavy), len(heavy)
 
 
 def main(argv: list[str] | None = None) -> int:
