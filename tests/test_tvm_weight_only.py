@@ -3,9 +3,10 @@
 * One graph of six weight-only layers (bits 4 and 8, blocks 32/64/128, fp16/fp32 scales, symmetric
   and asymmetric, K a multiple of the block or not, with and without bias, 2-D and 3-D A) compiled
   for the host CPU equals the op's numpy reference within 1e-5 · max(1, max|e|) (measured <= 5e-7).
-  The library's constants are the int8 levels (no float32 weight of N·K values); every layer is
-  one kernel with the register-tiled schedule (``weight-only-matmul``), except N = 6 (no vector
-  width divides it), which the generic schedule takes with its reduction rule.
+  The library's constants are the levels, int8 Qᵀ [K, N] for 8 bits and two 4-bit levels a byte
+  (int8 [ceil(K/2), N]) for 4 bits, no float32 weight of N·K values; every layer is one kernel
+  with the register-tiled schedule (``weight-only-matmul``), except N = 6 (no vector width
+  divides it), which the generic schedule takes with its reduction rule.
 * CUDA (sm_90, built here with nvcc, nothing run): the pipeline accepts the functions (it refuses
   any kernel without a thread binding) and each weight-only kernel is bound to more than one thread.
 * ViT-Tiny ``--quantize int4w --emit onnx --target cpu``: the library equals onnxruntime running the
@@ -56,7 +57,7 @@ def _graph() -> tuple[Graph, dict[str, np.ndarray]]:
     return weight_only_graph(LAYERS, seed=0)
 
 
-def test_cpu_matches_the_reference_with_int8_levels_in_the_library() -> None:
+def test_cpu_matches_the_reference_with_packed_levels_in_the_library() -> None:
     import tvm
     from tvm import relax
 
@@ -74,9 +75,14 @@ def test_cpu_matches_the_reference_with_int8_levels_in_the_library() -> None:
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func.body, lambda e: seen.append(getattr(e, "value", None)))
     consts: list[Any] = [c for c in seen if isinstance(c, tvm.runtime.Tensor)]  # the constants' data
-    levels = [tuple(c.shape) for c in consts if c.dtype == "int8"]
-    want = [(shape[-1], n) for shape, n, *_ in LAYERS]  # Qᵀ [K, N]
-    assert sorted(x for x in levels if len(x) == 2 and x in want) == sorted(want)
+    levels = [(c.dtype, tuple(c.shape)) for c in consts if c.dtype == "int8"]
+    # Qᵀ [K, N], or packed [ceil(K / 2), N]
+    want = [
+        ("int8", (a[-1], n)) if bits == 8 else ("int8", ((a[-1] + 1) // 2, n)) for a, n, bits, *_ in LAYERS
+    ]
+    assert sorted(x for x in levels if x in want) == sorted(want)
+    unpacked = [("int8", (a[-1], n)) for a, n, bits, *_ in LAYERS if bits == 4]
+    assert not [x for x in levels if x in unpacked]  # no 4-bit level takes a byte
     big_float = [c for c in consts if c.dtype == "float32" and np.prod(c.shape) >= 16 * 96]
     assert not big_float, [tuple(c.shape) for c in big_float]  # no dequantized weight
     log: list[dict[str, str]] = []
@@ -116,8 +122,9 @@ def test_vit_tiny_int4w_library_matches_matmulnbits(zoo: ZooCache, tmp_path: Pat
     assert manifest["verification"]["passed"]
     (lib,) = [a for a in manifest["artifacts"] if a["path"] == "cpu/model.so"]
     assert lib["precision"] == "int4w"
-    # 5.5 M weight-only weights as int8 levels: well under a float32 library (23 MB)
-    assert (out / "cpu" / "model.so").stat().st_size < 8_000_000
+    # 5.5 M weight-only weights, the 4-bit ones packed two a byte: 4.76 MB (7.24 MB with a byte
+    # per level, 23 MB in float32)
+    assert (out / "cpu" / "model.so").stat().st_size < 5_200_000
     feeds = load_inputs(m.inputs)
     want = run_onnxruntime(out / "model.onnx", feeds)  # com.microsoft MatMulNBits
     got = run_artifact(out / "cpu" / "model.so", feeds)

@@ -12,6 +12,7 @@ schemas/cann/README.md ("domi byte formats").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -69,6 +70,7 @@ def i8_byte(value: float, where: str) -> bytes:
 
 
 def _desc(d: TensorDesc, where: str) -> domi.TensorDescriptor:
+    d = replace(d, int4=False)  # domi has no 4-bit type: such levels take a byte each
     if d.dtype not in DOMI_DTYPE:
         raise ConversionError(f"CANN backend (domi): {where}: dtype {d.dtype.name} has no domi code")
     size = d.nbytes if d.nbytes < 2**32 else 0

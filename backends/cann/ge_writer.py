@@ -10,6 +10,7 @@ Shaped like GE's own serializer (``ModelSerializeImp``; NOTES.md §2.1):
   its ``output_desc``; NetOutput's ``input_desc[i].name`` holds the public output name;
 * each Const's ``value`` attr is a TensorDef whose ``desc.data_offset`` / ``desc.weight_size``
   point into WEIGHTS_DATA (512-byte aligned, :mod:`backends.cann.weights`); ``data`` is empty;
+  an ``int4`` descriptor is ``DT_INT4`` with its values packed two a byte (:mod:`schemas.cann.int4`);
 * descriptors carry the proto dtype, the format name and the attrs ATC writes
   (``origin_format``, ``format_for_int``, ``origin_shape``, ``origin_data_type``, ...).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 from backends.cann.weights import WeightsBlob
 from schemas.cann.codes import FORMAT_CODES, PROTO_DTYPE
 from schemas.cann.generated import ge_ir_pb2 as ge
+from schemas.cann.int4 import PROTO_INT4, pack_int4
 from schemas.cann.om_container import PLATFORM_VERSION
 from schemas.cann.om_graph import Attr, OmGraph, TensorDesc
 
@@ -57,16 +59,17 @@ def set_ge_attr(target: ge.AttrDef, a: Attr) -> None:
 
 
 def _desc(d: TensorDesc, name: str = "") -> ge.TensorDescriptor:
-    out = ge.TensorDescriptor(name=name, dtype=PROTO_DTYPE[d.dtype], layout=d.format)  # type: ignore[arg-type]
+    code = PROTO_INT4 if d.int4 else PROTO_DTYPE[d.dtype]
+    out = ge.TensorDescriptor(name=name, dtype=code, layout=d.format)  # type: ignore[arg-type]
     out.shape.SetInParent()
     out.shape.dim.extend(d.shape)
     out.size = d.nbytes
     out.real_dim_cnt = len(d.shape)
     out.device_type = "NPU"
-    code = FORMAT_CODES[d.format]
+    fmt = FORMAT_CODES[d.format]
     set_ge_attr(out.attr["origin_format"], Attr.s(d.format))
-    set_ge_attr(out.attr["origin_format_for_int"], Attr.i(code))
-    set_ge_attr(out.attr["format_for_int"], Attr.i(code))
+    set_ge_attr(out.attr["origin_format_for_int"], Attr.i(fmt))
+    set_ge_attr(out.attr["format_for_int"], Attr.i(fmt))
     set_ge_attr(out.attr["origin_shape"], Attr.li(d.shape))
     set_ge_attr(out.attr["origin_shape_initialized"], Attr.b(True))
     set_ge_attr(out.attr["origin_data_type"], Attr.s(f"DT_{_dt_name(d)}"))
@@ -74,7 +77,7 @@ def _desc(d: TensorDesc, name: str = "") -> ge.TensorDescriptor:
 
 
 def _dt_name(d: TensorDesc) -> str:
-    return ge.DataType.Name(PROTO_DTYPE[d.dtype]).removeprefix("DT_")
+    return ge.DataType.Name(PROTO_INT4 if d.int4 else PROTO_DTYPE[d.dtype]).removeprefix("DT_")
 
 
 def write_ge(om: OmGraph) -> tuple[bytes, bytes]:
@@ -102,7 +105,7 @@ def write_ge(om: OmGraph) -> tuple[bytes, bytes]:
             set_ge_attr(o.attr[key], a)
         if op.type == "Const":
             assert op.value is not None
-            raw = op.value.tobytes()
+            raw = pack_int4(op.value) if op.outputs[0].int4 else op.value.tobytes()
             t = o.attr["value"].t
             t.desc.CopyFrom(_desc(op.outputs[0]))
             t.desc.weight_size = len(raw)

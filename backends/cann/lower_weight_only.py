@@ -1,22 +1,30 @@
-"""kiln::WeightOnlyMatMul -> AscendAntiQuant of the int8 levels feeding BatchMatMulV2.
+"""kiln::WeightOnlyMatMul -> AscendAntiQuant of the int4/int8 levels feeding BatchMatMulV2.
 
 The reference (``shared/reference/cann/NOTES.md``, ``schemas/cann``) documents no fused weight-only
 matrix product: no WeightQuantBatchMatmulV2 with per-group antiquant_scale / antiquant_offset.
 It documents ``AscendAntiQuant`` (y = (x + offset) · scale, one scale and offset per tensor) and
-``BatchMatMulV2``, so the op is written with those, keeping the levels as int8 in WEIGHTS_DATA:
+``BatchMatMulV2``, so the op is written with those, keeping the levels in WEIGHTS_DATA:
 
-    L = Const(Qᵀ as int8 [n_blocks, bs, N])                       (K padded with the zero point)
+    L = Const(Qᵀ [n_blocks, bs, N], DT_INT8, or DT_INT4 when bits = 4)  (K padded with the zero point)
     W = Reshape((AscendAntiQuant(L; scale 1, offset 0) - z₃) · s₃, [n_blocks · bs, N])[:K]
     Y = BatchMatMulV2(A, W) (+ Add(bias))
 
 with z₃, s₃ = the zero points and scales as float32 Consts [n_blocks, 1, N] (no Sub when
 symmetric; fp16 scales widened exactly). Each weight is (q - z) · s in float32, as the op's
 reference computes it, so the read-back graph (AscendAntiQuant lifts to DequantizeLinear) gives
-the op's numbers up to the order of the sums. A 4-bit level takes a byte (GE has no packed int4
-Const in the reference).
+the op's numbers up to the order of the sums.
+
+4-bit levels are a ``DT_INT4`` Const (``ge.proto.DataType`` 28 in ``ge_ir.proto``): GE sizes it at
+ceil(4 · n / 8) bytes (``kDataTypeSizeBitOffset + 4``), so L takes n_blocks · bs · N / 2 bytes,
+packed low nibble first (:mod:`schemas.cann.int4`); Kiln's reader unpacks them to the same int8
+values. The reference does not document AscendAntiQuant's accepted input types (only its
+formula), so an int4 ``x`` on a real device is unverified here. ``--cann-schema domi`` has no
+4-bit type and keeps a byte per level.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -59,10 +67,15 @@ def _weight_only_matmul(low: Lowerer, node: Node) -> None:
     base = out.name
     blocks = TensorType(DType.FLOAT32, (nb, bs, n))
     lt = np.ascontiguousarray(levels.T.reshape(nb, bs, n))
+    if int(node.attrs.bits) == 4:
+        desc = replace(low.desc(TensorType.of(lt)), int4=True)
+        lref = low.emit(low.names.fresh(f"{base}/levels"), "Const", [], [desc], value=lt)
+    else:
+        lref = low.const(lt, f"{base}/levels")
     w = low.emit(
         low.names.fresh(f"{base}/AscendAntiQuant"),
         "AscendAntiQuant",
-        [low.const(lt, f"{base}/levels")],
+        [lref],
         [low.desc(blocks)],
         {"scale": Attr.f(1.0), "offset": Attr.f(0.0), "dtype": Attr.i(0), "sqrt_mode": Attr.b(False)},
     )

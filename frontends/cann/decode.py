@@ -2,7 +2,8 @@
 
 Everything read from a file is untrusted: shapes must be static and non-negative, codes
 known, references resolvable, and every constant's bytes must lie inside its inline data or
-inside WEIGHTS_DATA with exactly the size its dtype and shape require. Each violation is
+inside WEIGHTS_DATA with exactly the size its dtype and shape require (ceil(n / 2) bytes for an
+``int4`` descriptor, unpacked to int8 values). Each violation is
 one :class:`ModelFileError` naming the file, the op and the fault.
 """
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from compiler.errors import ModelFileError
 from compiler.ir.types import DType
+from schemas.cann.int4 import unpack_int4
 from schemas.cann.om_graph import OmOp, TensorDesc, split_ref
 
 __all__ = ["Decoder", "MAX_RANK"]
@@ -53,22 +55,19 @@ class Decoder:
 
     def array(self, d: TensorDesc, inline: bytes, offset: int, size: int | None, where: str) -> np.ndarray:
         """A constant's array: inline bytes if any, else ``size`` bytes at ``offset`` of WEIGHTS_DATA."""
-        need = math.prod(d.shape) * d.dtype.itemsize
+        need = d.nbytes if d.int4 else math.prod(d.shape) * d.dtype.itemsize
+        what = f"int4{list(d.shape)}" if d.int4 else f"{d.dtype.short}{list(d.shape)}"
         if d.dtype is DType.STRING:
             raise self.fail(f"{where}: string constants are not supported")
         if inline:
             if len(inline) != need:
-                raise self.fail(
-                    f"{where}: {len(inline)} inline bytes for {d.dtype.short}{list(d.shape)} ({need} bytes)"
-                )
+                raise self.fail(f"{where}: {len(inline)} inline bytes for {what} ({need} bytes)")
             raw = inline
         elif need == 0:
             raw = b""
         else:
             if size is not None and size != need:
-                raise self.fail(
-                    f"{where}: weight_size {size} != {need} bytes of {d.dtype.short}{list(d.shape)}"
-                )
+                raise self.fail(f"{where}: weight_size {size} != {need} bytes of {what}")
             blob = self.weights
             if blob is None:
                 raise self.fail(
@@ -80,6 +79,8 @@ class Decoder:
                     f"WEIGHTS_DATA ({len(blob)} bytes)"
                 )
             raw = blob[offset : offset + need]
+        if d.int4:
+            return unpack_int4(bytes(raw), d.shape)
         little = d.dtype.numpy.newbyteorder("<")  # bf16 is stored as its uint16 bit pattern
         return np.frombuffer(raw, dtype=little).reshape(d.shape).astype(d.dtype.numpy)
 

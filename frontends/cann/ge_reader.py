@@ -3,16 +3,19 @@
 Reads ``graph[0]`` (the main graph). Ops must come in topological order, as GE writes
 them; control edges (``"op:-1"``) carry no data and are dropped. A Const's bytes come
 from ``TensorDef.data`` when inline, else from WEIGHTS_DATA at ``merged_offset`` (an attr
-of the descriptor, when present) or ``data_offset``, for ``weight_size`` bytes.
+of the descriptor, when present) or ``data_offset``, for ``weight_size`` bytes. ``DT_INT4``
+descriptors read as int8 ones flagged ``int4`` (:mod:`schemas.cann.int4`).
 """
 
 from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
+from compiler.ir.types import DType
 from frontends.cann.decode import Decoder
 from schemas.cann.codes import FORMAT_CODES, PROTO_DTYPE, dtype_from
 from schemas.cann.generated import ge_ir_pb2 as ge
+from schemas.cann.int4 import PROTO_INT4
 from schemas.cann.om_graph import Attr, OmGraph, OmOp, TensorDesc
 
 __all__ = ["parse_ge", "read_ge", "ge_attr"]
@@ -62,6 +65,8 @@ def _desc(dec: Decoder, d: ge.TensorDescriptor, where: str) -> TensorDesc:
     fmt = d.layout or "ND"
     if fmt not in FORMAT_CODES:
         raise dec.fail(f"{where}: unknown tensor format {fmt!r}")
+    if d.dtype == PROTO_INT4:  # no Kiln dtype: int8 values, stored two a byte
+        return TensorDesc(DType.INT8, dec.shape(d.shape.dim, where), fmt, int4=True)
     return dec.desc(dtype_from(PROTO_DTYPE, d.dtype), d.dtype, d.shape.dim, fmt, where)
 
 

@@ -75,16 +75,26 @@ class Attr:
 
 @dataclass(frozen=True)
 class TensorDesc:
-    """A tensor's element type, static shape and format name (NCHW, ND, ...)."""
+    """A tensor's element type, static shape and format name (NCHW, ND, ...).
+
+    ``int4``: an int8 tensor whose values lie in [-8, 7], stored as ge's ``DT_INT4`` (two values
+    a byte, :mod:`schemas.cann.int4`); schemas without a 4-bit type store it as int8.
+    """
 
     dtype: DType
     shape: tuple[int, ...]
     format: str = "ND"
+    int4: bool = False
+
+    def __post_init__(self) -> None:
+        if self.int4 and self.dtype is not DType.INT8:
+            raise ValueError(f"an int4 descriptor holds int8 values, got {self.dtype.name}")
 
     @property
     def nbytes(self) -> int:
-        """Size in bytes of a dense tensor of this description."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        """Size in bytes of a dense tensor of this description (ceil(n / 2) when ``int4``)."""
+        count = int(np.prod(self.shape, dtype=np.int64))
+        return (count + 1) // 2 if self.int4 else count * self.dtype.itemsize
 
 
 @dataclass
