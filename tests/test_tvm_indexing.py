@@ -137,7 +137,7 @@ def test_matches_onnxruntime(case: OpCase, results: dict[str, list[np.ndarray]])
 
 
 def test_cuda_builds_thread_bound_kernels() -> None:
-    """Scatter (TOPI's GPU forms), TopK (GPU sort), RoiAlign (bound by Kiln: dlight cannot) build."""
+    """Scatter (ScatterND: TOPI's GPU form; ScatterElements: Kiln's kernel), TopK (GPU sort), RoiAlign (bound by Kiln: dlight cannot) build."""
     picked = ("snd_add_dup_neg", "sel_add_axis0", "gnd_batch", "gel_neg", "topk_ties", "roi_sampling2")
     ex, _, _ = compile_cases([c for c in CASES if c.name in picked], "cuda")
     assert cuda_source(ex).count("__global__") >= len(picked)

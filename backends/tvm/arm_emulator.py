@@ -4,7 +4,10 @@
 aarch64 TVM runtime, started through ``.arm/bin/arm-python``. :func:`emulated_rpc_server` runs
 ``arm-python -m tvm.exec.rpc_server`` on 127.0.0.1 in its own process group and yields its
 address once it accepts connections (about 30 s: two emulated interpreters import TVM); on exit
-it ends the whole group. From a shell::
+it ends the whole group. The server loads ``libtvm_runtime_extra.so`` (``--load-library``, with
+RTLD_GLOBAL) before any model: the runtime-only TVM does not, and it holds the packed functions
+TOPI's CPU sort calls (``tvm.contrib.sort.argsort``: TopK, NonMaxSuppression). A real device's
+server needs the same flag. From a shell::
 
     python -m backends.tvm.arm_emulator [ARM_DIR]     # prints the address, serves until Ctrl-C
 """
@@ -27,10 +30,19 @@ from pathlib import Path
 from backends.tvm.rpc import RpcAddress
 from compiler.errors import KilnError
 
-__all__ = ["ArmEmulatorError", "arm_python", "emulated_rpc_server", "DEFAULT_ARM_DIR", "main"]
+__all__ = [
+    "ArmEmulatorError",
+    "arm_python",
+    "emulated_rpc_server",
+    "DEFAULT_ARM_DIR",
+    "RUNTIME_EXTRA",
+    "main",
+]
 
 DEFAULT_ARM_DIR = Path(__file__).resolve().parents[2] / ".arm"
 _BIND = re.compile(r"bind to 127\.0\.0\.1:(\d+)")
+RUNTIME_EXTRA = Path("site") / "tvm" / "lib" / "libtvm_runtime_extra.so"
+"""The aarch64 runtime's extra packed functions (the contrib sort), relative to the setup folder."""
 
 
 class ArmEmulatorError(KilnError):
@@ -80,13 +92,16 @@ def emulated_rpc_server(
 ) -> Iterator[RpcAddress]:
     """Run an aarch64 TVM RPC server under qemu on 127.0.0.1 (a port in ``[lo, hi)``) while inside."""
     exe = arm_python(arm_root)
+    extra = (Path(arm_root) / RUNTIME_EXTRA).resolve()
+    if not extra.is_file():
+        raise ArmEmulatorError(f"{extra}: missing from the aarch64 TVM runtime; rerun scripts/setup_arm.sh")
     lo, hi = port_range
     with tempfile.TemporaryDirectory(prefix="kiln-arm-rpc-") as tmp:
         log_path = Path(tmp) / "rpc_server.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 [str(exe), "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                 "--port", str(lo), "--port-end", str(hi)],
+                 "--port", str(lo), "--port-end", str(hi), "--load-library", str(extra)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=tmp, start_new_session=True,
             )  # fmt: skip

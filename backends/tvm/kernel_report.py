@@ -12,7 +12,8 @@ function's record and :func:`kernel_report` folds the records into the manifest'
 
 Op classes: conv, depthwise_conv, grouped_conv, conv_transpose, dense (Kiln's packed kernel),
 matmul (a shared 2-D weight), batched_matmul, pooling, softmax, attention (Kiln's fused kernel),
-normalization (LayerNorm / RMSNorm rows), reduction, resize, elementwise.
+normalization (LayerNorm / RMSNorm rows), reduction, resize, elementwise, scatter (Kiln's
+ScatterElements kernel).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ OP_CLASSES = (
     "resize",
     "elementwise",
     "recurrent",
+    "scatter",
 )
 
 # (pattern on the function's and its blocks' names, op class), first match wins; the names are

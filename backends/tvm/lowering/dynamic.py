@@ -538,11 +538,10 @@ def _matmul(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
 
 @lowers_dynamic("ScatterElements")
 def _scatter_elements(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
-    from backends.tvm.lowering.indexing import TVM_REDUCTION
+    from backends.tvm.lowering.scatter_elements import emit_scatter_elements
 
     axis = int(node.attrs.axis) % _rank(ctx, node)
-    red = TVM_REDUCTION[node.attrs.reduction]
-    return [ctx.emit(_op().scatter_elements(ins[0], ins[1], ins[2], axis, red))]
+    return [emit_scatter_elements(ctx, ins, axis, node.attrs.reduction)]
 
 
 _roi = _RULES["RoiAlign"]

@@ -1,7 +1,8 @@
 """N-d indexing: ScatterND, ScatterElements (every reduction), GatherND, GatherElements.
 
 ONNX's negative indices count from the end of their axis: constant indices are wrapped here,
-runtime ones by ``idx + (idx < 0) * dim`` in Relax (ScatterElements' TOPI kernel wraps its own).
+runtime ones by ``idx + (idx < 0) * dim`` in Relax (ScatterElements' own kernel wraps its own:
+:mod:`backends.tvm.lowering.scatter_elements`).
 ScatterND on CPU runs Kiln's kernel (:func:`scatter_nd_te`); on CUDA TOPI's thread-bound one,
 which Relax's legalization picks under a GPU target. With ``reduction="none"`` a duplicate index
 keeps the last update (ONNX leaves it undefined; onnxruntime and the registry's reference do that).
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from backends.tvm.lowering.gpu_bind import bind_gpu
+from backends.tvm.lowering.scatter_elements import emit_scatter_elements
 from backends.tvm.lowering.table import LowerContext, lowers
 from compiler.ir.graph import Node
 
@@ -110,8 +112,7 @@ def _scatter_nd(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
 def _scatter_elements(ctx: LowerContext, node: Node, ins: list[Any]) -> list[Any]:
     rank = len(ctx.in_type(node, 0).static_shape)
     axis = int(node.attrs.axis) % rank
-    red = TVM_REDUCTION[node.attrs.reduction]
-    return [ctx.emit(_op().scatter_elements(ins[0], ins[1], ins[2], axis, red))]
+    return [emit_scatter_elements(ctx, ins, axis, node.attrs.reduction)]
 
 
 @lowers("GatherND")
