@@ -10,9 +10,10 @@ Usage, from the repository root (../shared must hold the developer models)::
 ``ZOO_DIR`` is a materialized zoo (``../shared/tools/zoo/zoo.py materialize``): each model is
 ``ZOO_DIR/<name>/model.onnx`` with its input ``inputs.npz`` (integer inputs are fed as int32).
 
-For each model five files are made from the same ONNX: Kiln (``compile_model`` with
-``emit=("mnn",)`` and ``MnnOptions(weights="fp32")`` / ``"int8"`` / ``"int8"`` with every layer
-quantized (``int8*``, the converter's policy)) and MNN's
+For each model six files are made from the same ONNX: Kiln (``compile_model`` with
+``emit=("mnn",)`` and ``MnnOptions(weights="fp32")`` / the same with ``gelu="mnn"`` (``fp32~``: MNN's
+inexact UnaryOp GELU, as the converter writes it, instead of Kiln's exact one) / ``"int8"`` /
+``"int8"`` with every layer quantized (``int8*``, the converter's policy)) and MNN's
 converter library (plain fp32, and ``--weightQuantBits 8``, its weight-only int8), called through
 ``tests.helpers.mnn_convert`` (never the telemetry-sending console script). Printed per model:
 
@@ -20,7 +21,7 @@ converter library (plain fp32, and ``--weightQuantBits 8``, its weight-only int8
   ``int8`` keeps the layers in fp16 that its accuracy plan needs for cosine 0.999 on the model's
   real input, given as ``--inputs``);
 * latency: MNN's runtime (Module API, CPU, 1 thread, fp32 "high" precision, MNN's default
-  Winograd setting), all five files loaded in this one process (each twice, in mirrored order, the
+  Winograd setting), all six files loaded in this one process (each twice, in mirrored order, the
   rounds alternating between the copies: load order alone moved identical files by 2-4 %) and run
   interleaved (one forward of each per round, after warm-up runs; the order rotates and reverses
   from round to round so no file always runs first or after the same neighbour), the median over ``--rounds``
@@ -80,11 +81,13 @@ ZOO_MODELS = [
     "lstm_text",
 ]
 SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
-FILES = ("kiln fp32", "conv fp32", "kiln int8", "kiln int8*", "conv int8")
+FILES = ("kiln fp32", "kiln fp32~", "conv fp32", "kiln int8", "kiln int8*", "conv int8")
 # Kiln's int8 weights keep a measured per-layer float fallback that holds cosine >= 0.999 (its
 # default); "kiln int8*" quantizes every layer, the converter's policy, for a like-for-like size.
 KILN_OPTIONS = {
     "kiln fp32": MnnOptions(weights="fp32"),
+    # MNN's own tanh-form UnaryOp GELU, as the converter writes it (opt-in, not fp32-exact)
+    "kiln fp32~": MnnOptions(weights="fp32", gelu="mnn"),
     "kiln int8": MnnOptions(weights="int8"),
     "kiln int8*": MnnOptions(weights="int8", min_cosine=0.0),
 }
@@ -267,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             ref = _ort(model, feeds)
             wall, cpu = round_times(files, feeds, args.rounds)
             for key in FILES:
-                other = "conv" + key[4:].rstrip("*") if key.startswith("kiln") else None
+                other = "conv" + key[4:].rstrip("*~") if key.startswith("kiln") else None
                 size = file_bytes(files[key])
                 size_r = f"{size / file_bytes(files[other]):9.3f}" if other else " " * 9
                 cols = []

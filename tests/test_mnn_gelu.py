@@ -4,6 +4,8 @@ runtime against onnxruntime (the original graph), with the must-not-fire cases."
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from backends.mnn.options import MnnOptions
 from backends.mnn.runtime import run_mnn
 from backends.mnn.writer import write_mnn
 from compiler.api import PassManager, load_model
+from compiler.errors import OptionError
 from compiler.ir.graph import Graph
 from compiler.metrics import agreement
 from compiler.pass_infra import PassContext
@@ -28,6 +31,11 @@ from compiler.runners import run_onnxruntime
 from schemas.mnn.generated import MNN_generated as M
 from schemas.mnn.schema import fb
 from tests.helpers.mnn_convert import mnn_op_types
+
+
+def types_count(path: Path, kind: str) -> int:
+    """How many ops of type ``kind`` an .mnn file holds."""
+    return mnn_op_types(path).count(kind)
 
 MAX_REL = 1e-5  # max|mnn - ort| / max(1, max|ort|), Kiln's fp32 rule is 1e-4
 _RNG = np.random.default_rng(18)
@@ -96,9 +104,11 @@ def _unary_kinds(path: Path) -> list[int]:
     return kinds
 
 
-def _run(model: onnx.ModelProto, tmp_path: Path) -> tuple[Graph, Path, float]:
+def _run(
+    model: onnx.ModelProto, tmp_path: Path, options: MnnOptions | None = None
+) -> tuple[Graph, Path, float]:
     graph, path = _legalized(model, tmp_path)
-    mnn = write_mnn(graph, tmp_path / "m.mnn", MnnOptions())[-1]
+    mnn = write_mnn(graph, tmp_path / "m.mnn", options or MnnOptions())[-1]
     got, ref = run_mnn(mnn, {"x": _X}), run_onnxruntime(path, {"x": _X})
     worst = max(agreement(got[k].reshape(ref[k].shape), ref[k]).max_rel for k in ref)
     return graph, mnn, worst
@@ -113,7 +123,8 @@ def test_erf_gelu_fuses_and_runs_packed(tmp_path: Path, shape: str, arg: str) ->
     ops = [n.op for n in graph.ops()]
     assert ops.count("Gelu") == 1 and "Erf" not in ops
     assert ops.count("Mul") == 0  # x * p = Gelu(x) * 2, the 2 folded into W2
-    assert _unary_kinds(mnn) == [fb.UnaryOpOperation.SIGMOID]
+    assert _unary_kinds(mnn) == [fb.UnaryOpOperation.EXP]
+    assert types_count(mnn, "BinaryOp") == 10
     types = mnn_op_types(mnn)
     # x is packed once for both of its fully connected layers; the Gelu runs on the first one's
     # packed output and the second reads it directly: the only copies are x's and the outputs'
@@ -147,17 +158,59 @@ def test_fuse_gelu_near_miss_names_the_constant(tmp_path: Path) -> None:
 
 
 def test_gelu_rational_is_exact_to_float32_rounding() -> None:
-    """h(s) = C + A/(s + d1) + B/(s + d2) in float32: |x sigmoid(x h) - Gelu(x)| <= 1.7e-6 on [-20, 20]."""
+    """h(s) = C + A/(s + d1) + B/(s + d2) in float32: |x / (1 + exp(-x h)) - Gelu(x)| <= 1.8e-6 on [-20, 20]."""
     from scipy.special import erf
 
     c, a, b = (np.float32(v) for v in gelu_partial_fractions())
     d1, d2 = (np.float32(v) for v in (58.19091200492282, 6.623629960572501))
     x = np.linspace(-20, 20, 400001, dtype=np.float32)
     s = x * x
-    u = x * ((a / (s + d1) + b / (s + d2)) + c)
-    y = x * (1 / (1 + np.exp(-u.astype(np.float64)))).astype(np.float32)
+    v = x * ((-a / (s + d1) + -b / (s + d2)) + -c)
+    with np.errstate(over="ignore"):
+        y = x / (np.exp(v) + np.float32(1))
     exact = 0.5 * x.astype(np.float64) * (1 + erf(x.astype(np.float64) / math.sqrt(2)))
-    assert np.abs(y - exact).max() <= 1.7e-6
+    assert np.abs(y - exact).max() <= 1.8e-6
+
+
+def _erf_gelu_of_input(n: int) -> onnx.ModelProto:
+    """y = x * 1/2 * (1 + erf(x / sqrt(2))) of a graph input x [1, n]."""
+    nodes = [
+        oh.make_node("Div", ["x", "c"], ["a"]),
+        oh.make_node("Erf", ["a"], ["e"]),
+        oh.make_node("Add", ["one", "e"], ["p"]),
+        oh.make_node("Mul", ["x", "p"], ["m"]),
+        oh.make_node("Mul", ["m", "half"], ["y"]),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "gelu",
+        [oh.make_tensor_value_info("x", T.FLOAT, [1, n])],
+        [oh.make_tensor_value_info("y", T.FLOAT, [1, n])],
+        [i for i in _inits() if i.name in ("c", "one", "half")],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_gelu_in_mnn_is_exact_on_a_fine_grid(tmp_path: Path) -> None:
+    """MNN's own kernels on x in [-20, 20] (steps of 1e-4) and the tails: within 1.8e-6 of Gelu(x)."""
+    from scipy.special import erf
+
+    grid = np.linspace(-20, 20, 400001, dtype=np.float32)
+    tails = np.array([-1e20, -3e38, -60, -30, 30, 60, 1e20, 3e38, 0.0], np.float32)
+    x = np.concatenate([grid, tails])[None]
+    graph, _ = _legalized(_erf_gelu_of_input(x.shape[1]), tmp_path)
+    assert [n.op for n in graph.ops()] == ["Gelu"]
+    mnn = write_mnn(graph, tmp_path / "m.mnn", MnnOptions())[-1]
+    assert _unary_kinds(mnn) == [fb.UnaryOpOperation.EXP]
+    y = run_mnn(mnn, {"x": x})["y"].reshape(-1).astype(np.float64)
+    x64 = x.reshape(-1).astype(np.float64)
+    exact = 0.5 * x64 * (1 + erf(x64 / math.sqrt(2)))
+    assert np.abs(y[: grid.size] - exact[: grid.size]).max() <= 1.8e-6
+    # MNN's EXP stops at about 6.1e37 (observed), so for x < -20, y = x * 1.64e-38 instead of -0
+    xt, yt = x64[grid.size :], y[grid.size :]
+    np.testing.assert_array_equal(yt[xt >= 0], xt[xt >= 0])
+    neg = xt < 0
+    assert np.all(yt[neg] <= 0) and np.all(np.abs(yt[neg]) <= 1.7e-38 * np.abs(xt[neg]))
 
 
 def test_gelu_times_two_keeps_its_mul_when_the_product_is_read_elsewhere(tmp_path: Path) -> None:
@@ -166,3 +219,41 @@ def test_gelu_times_two_keeps_its_mul_when_the_product_is_read_elsewhere(tmp_pat
     ops = [n.op for n in graph.ops()]
     assert ops.count("Gelu") == 1 and ops.count("Mul") == 1
     assert worst <= MAX_REL
+
+
+def test_mnn_gelu_option_writes_mnns_unary_gelu_on_the_packed_rows(tmp_path: Path) -> None:
+    """MnnOptions(gelu="mnn"): one UnaryOp GELU (the tanh form, 4.7e-4 per element at most), no copies."""
+    graph, mnn, worst = _run(_mlp(), tmp_path, MnnOptions(gelu="mnn"))
+    assert _unary_kinds(mnn) == [fb.UnaryOpOperation.GELU]
+    assert types_count(mnn, "BinaryOp") == 0
+    assert types_count(mnn, "ConvertTensor") == 3
+    assert 1e-5 < worst <= 5e-4  # less exact than the default chain (1e-5), as documented
+
+
+def test_mnn_gelu_option_is_checked() -> None:
+    with pytest.raises(OptionError, match="--mnn-gelu 'tanh'"):
+        MnnOptions(gelu="tanh")
+    p = argparse.ArgumentParser()
+    BACKEND.add_arguments(p)
+    assert BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "mnn"]), requested=True) == MnnOptions(
+        gelu="mnn"
+    )
+    with pytest.raises(OptionError, match="--mnn-gelu needs --emit mnn"):
+        BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "exact"]), requested=False)
+
+
+def test_mnn_gelu_option_is_verified_as_approximate_fp32(tmp_path: Path) -> None:
+    """kiln compile --mnn-gelu mnn: the artifact is judged as fp32-approx (max rel 1e-3), not fp32;
+    without a Gelu in the graph it stays fp32."""
+    from compiler.cli import main
+
+    for stem, model, want in (("gelu", _mlp(), "fp32-approx"), ("plain", _mlp(half=0.6), "fp32")):
+        src, out = tmp_path / f"{stem}.onnx", tmp_path / stem
+        onnx.save(model, src)
+        np.savez(tmp_path / f"{stem}.npz", x=_X)
+        args = ["compile", str(src), "-o", str(out), "--emit", "mnn", "--mnn-gelu", "mnn"]
+        assert main([*args, "--inputs", str(tmp_path / f"{stem}.npz")]) == 0
+        man = json.loads((out / "manifest.json").read_text())
+        (art,) = [a for a in man["verification"]["artifacts"] if a["kind"] == "mnn"]
+        assert art["precision"] == want and art["passed"]
+        assert man["options"]["mnn"]["gelu"] == "mnn"

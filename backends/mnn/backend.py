@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backends.mnn.options import SCALE_MODES, WEIGHT_MODES, MnnOptions
+from backends.mnn.options import GELU_MODES, SCALE_MODES, WEIGHT_MODES, MnnOptions
 from compiler.backend import Artifact, BackendBase, CapabilityTable
 from compiler.errors import OptionError
 
@@ -68,6 +68,11 @@ class MnnBackend(BackendBase):
         g.add_argument("--external-weights", action="store_true", help="weights in model.mnn.weight")
         g.add_argument("--mnn-biz-code", metavar="TEXT", help="Net.bizCode (default: kiln)")
         g.add_argument(
+            "--mnn-gelu",
+            choices=list(GELU_MODES),
+            help="erf GELU: exact (default, 1.7e-6) or mnn (MNN's faster tanh-form UnaryOp, 4.7e-4)",
+        )
+        g.add_argument(
             "--mnn-min-cosine",
             type=float,
             metavar="C",
@@ -104,6 +109,7 @@ class MnnBackend(BackendBase):
             "--external-weights": args.external_weights or None,
             "--mnn-biz-code": args.mnn_biz_code,
             "--mnn-min-cosine": args.mnn_min_cosine,
+            "--mnn-gelu": getattr(args, "mnn_gelu", None),
         }
         given = [k for k, v in flags.items() if v is not None]
         if not requested:
@@ -122,6 +128,7 @@ class MnnBackend(BackendBase):
             calib=args.calib if gptq else None,
             calib_count=args.calib_count if gptq else None,
             preprocess=args.preprocess if gptq else None,
+            gelu=getattr(args, "mnn_gelu", None) or "exact",
         )
 
 

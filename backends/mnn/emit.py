@@ -79,6 +79,9 @@ def emit_mnn(
     # so the artifact is judged with the int8 tolerance, like the QDQ ONNX model.
     full_int8 = options.quant is not None and options.quant.mode == "int8"
     precision = "int8" if full_int8 else mnn.precision
+    # MnnOptions(gelu="mnn"): MNN's own tanh-form GELU kernel is not fp32-exact (backends.mnn.lower.gelu)
+    if precision == "fp32" and mnn.gelu == "mnn" and any(n.op == "Gelu" for n in graph.ops()):
+        precision = "fp32-approx"
     # --quantize int4w/int8w: kiln::WeightOnlyMatMul's levels as they are (the coarser of the two wins)
     if options.quant is not None and options.quant.weight_bits is not None:
         precision = "int4w" if "int4w" in (precision, options.quant.mode) else options.quant.mode

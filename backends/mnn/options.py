@@ -8,10 +8,12 @@ from typing import Any
 
 from compiler.errors import OptionError
 
-__all__ = ["MnnOptions", "WEIGHT_MODES", "SCALE_MODES", "PRECISIONS"]
+__all__ = ["MnnOptions", "WEIGHT_MODES", "SCALE_MODES", "GELU_MODES", "PRECISIONS"]
 
 WEIGHT_MODES = ("fp32", "fp16", "int8", "int4")
 SCALE_MODES = ("fp32", "fp16")
+# exact: the erf GELU to 1.7e-6 (backends.mnn.lower.gelu); mnn: MNN's UnaryOp GELU (tanh form, 4.7e-4)
+GELU_MODES = ("exact", "mnn")
 # The artifact precision recorded in the manifest (and the key of its verification tolerance).
 PRECISIONS = {"fp32": "fp32", "fp16": "fp16", "int8": "int8w", "int4": "int4w"}
 
@@ -37,6 +39,9 @@ class MnnOptions:
             (:mod:`backends.mnn.gptq_weights`) instead of to nearest. None: nearest rounding.
         calib_count: use the first N calibration samples (None: all).
         preprocess: ``--preprocess`` spec for image calibration data.
+        gelu: how the erf GELU is written: ``exact`` (a rational sigmoid chain, 1.7e-6 from the erf
+            GELU) or ``mnn`` (MNN's own UnaryOp GELU, what MNN's converter writes: faster, but the
+            tanh form, up to 4.7e-4 off; see :mod:`backends.mnn.lower.gelu`).
     """
 
     weights: str = "fp32"
@@ -49,8 +54,11 @@ class MnnOptions:
     calib: Path | None = None
     calib_count: int | None = None
     preprocess: str | None = None
+    gelu: str = "exact"
 
     def __post_init__(self) -> None:
+        if self.gelu not in GELU_MODES:
+            raise OptionError(f"--mnn-gelu {self.gelu!r}: choose from {', '.join(GELU_MODES)}")
         if self.weights not in WEIGHT_MODES:
             raise OptionError(f"--mnn-weights {self.weights!r}: choose from {', '.join(WEIGHT_MODES)}")
         if self.scale not in SCALE_MODES:

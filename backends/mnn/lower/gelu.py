@@ -8,31 +8,53 @@ Phi = sigmoid(g) with g = logit(Phi) odd, so g(x) = x * h(x^2), and h is approxi
     h(s) = C (s + r1)(s + r2) / ((s + d1)(s + d2)) = C + A/(s + d1) + B/(s + d2)
     Gelu(x) ~ x * sigmoid(x * h(x^2))
 
-(fitted minimax on the Gelu error; C = 6.35207, r = 13.5141, 7.16535, d = 58.1909, 6.62363). In
-float32 the result is within 1.7e-6 of the exact Gelu for every x (relative 1.5e-6 of max(1, |y|),
-measured over [-20, 20] in steps of 2e-5; |x| > 20 saturates the sigmoid), h stays in [1.5958, 6.36]
-and s + d > 0, so no value overflows or divides by zero: for |x| > 1.8e19, s = inf gives
-h = C. MNN's SIGMOID stops at 1.6e-38 rather than 0 (observed), so for x < -20, y = x * 1.6e-38
-instead of -0 (-1.6e-18 at x = -1e20, -4.9 at x = -3e38, the float32 limit). The ops (BinaryOp
-with scalar constants, one UnaryOp SIGMOID) follow the layout of x; where x is a fully connected
-layer's output they run on its packed [P, N, 1, 1] NC4HW4 form (``LowerContext.rows_view``),
-which becomes the packed form of y for the next fully connected layer, so no layout copy is made
-on either side:
+(fitted minimax on the Gelu error; C = 6.35207, r = 13.5141, 7.16535, d = 58.1909, 6.62363). The
+sigmoid is written through MNN's EXP, with the signs folded into the constants:
 
-    s = x*x, i1 = A/(s + d1), i2 = B/(s + d2), u = x * ((i1 + i2) + C), y = x * sigmoid(u)
+    s = x*x, i1 = -A/(s + d1), i2 = -B/(s + d2), v = x * ((i1 + i2) - C),  y = x / (exp(v) + 1)
 
-MNN 3.6.1's own options are slower or inexact: UnaryOp ERF and ERFC call a scalar erf (2.5-15
-ns per element, depending on |x|; observed, 1 thread), GELU_STANDARD evaluates it in double (3.4
-ns per element), and UnaryOp GELU (what MNN's converter writes) replaces tanh by a clipped Pade
-fraction whose 1 + tanh(v) loses all precision for x in about [-5, -3] (observed: x = -3.792
-gives -4.5e-7 against onnxruntime's -1.82e-4). The chain here costs 9 BinaryOps and a SIGMOID
-(about 0.5 ns per element for the sigmoid; a [1, 32, 512] tensor: 22 us against 52 us for the erf
-chain, bert's FFN, observed). Gelu(x; tanh) is left to the ``gelu-tanh`` decomposition.
-Fewer ops cost accuracy (minimax fits on the GELU error): h = C + A/(s + d) (6 BinaryOps) is
-3.2e-5 from GELU, C + E s + A/(s + d) 2.9e-5, and polynomial h of degree 2 or 3 turn negative for
-large s. Any form this exact needs the SIGMOID, which alone (13 us on [1, 32, 512], 1 thread,
-observed) costs more than MNN's inexact UnaryOp GELU (10 us), so the converter's file stays faster
-on erf-GELU models (bert, vit).
+In float32 (MNN 3.6.1's own kernels, observed) the result is within 1.74e-6 of the exact Gelu for
+every x in [-20, 20] in steps of 1e-4 (relative 1.5e-6 of max(1, |y|)); h stays in [1.5958, 6.36]
+and s + d > 0, so nothing divides by zero, and for |x| > 1.8e19, s = inf gives h = C. MNN's EXP
+stops at about 6.1e37 rather than inf (observed), so for x < -20, y = x * 1.64e-38 instead of -0
+(-1.6e-18 at x = -1e20, -4.9 at x = -3e38, the float32 limit; the same as MNN's SIGMOID, which
+stops at 1.6e-38). The ops (BinaryOp with scalar constants, one UnaryOp EXP) follow the layout of x;
+where x is a fully connected layer's output they run on its packed [P, N, 1, 1] NC4HW4 form
+(``LowerContext.rows_view``), which becomes the packed form of y for the next fully connected
+layer, so no layout copy is made on either side.
+
+MNN 3.6.1's elementwise kernels, ns per element on one thread of the 2-vCPU AVX2 host (observed,
+a [197, 768] NC4HW4 tensor, vit_tiny's FFN; [1, 32, 512] runs about 30 % faster per element):
+
+    BinaryOp with a scalar (ADD, MUL) 0.20, tensor x tensor MUL or scalar / tensor REALDIV 0.30,
+    UnaryOp EXP 0.66, GELU 0.71, SIGMOID 1.05, SILU 1.1, TANH 1.1, RECIPROCAL 0.42,
+    Scale (per-channel a x + b) 1.3, BinaryOp MUL_SILU (a * b * sigmoid(b)) 1.7.
+
+So this chain costs about 3.2 ns per element (x * sigmoid(u) was 3.4: EXP + ADD + REALDIV is
+cheaper than SIGMOID + MUL, and as exact) against 0.71 for MNN's UnaryOp GELU, and every erf-GELU
+model spends that difference (vit_tiny: 12 GELUs of 151k elements, about 4.5 ms of 50 ms), which
+no other op wins back (per-op profiles, ``benchmarks/mnn_op_profile.py``: Kiln's convolutions,
+attention loops, softmax and LayerNorm cost what the converter's do, its layout copies 10-30 %
+less): with the UnaryOp GELU in Kiln's file (``MnnOptions(gelu="mnn")``, ``--mnn-gelu mnn``, opt-in,
+verified as ``fp32-approx``: max rel 1e-3) its latency is the converter's (0.97-1.01x of the
+converter's thread CPU time on bert, distilbert, whisper, vit_tiny, hf_vit and mobilevit, observed),
+with this exact chain 1.00-1.12x.
+Splitting the tensor into row blocks (Slice, a chain per block, Concat) so that each block's chain
+stays in cache made it slower (observed: 490 -> 505-525 us at [197, 768]): the kernels are not
+memory bound. MUL_SILU broadcasts a scalar operand wrongly (garbage, observed), and is slower than
+SIGMOID anyway.
+
+MNN 3.6.1's own options are inexact or slow: UnaryOp GELU (what MNN's converter writes) is the tanh
+formula, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), which is up to 4.7e-4 from the erf Gelu
+(at |x| = 2.70, observed in MNN over [-20, 20]), and its clipped Pade tanh also loses 1 + tanh(v)
+for x in about [-5, -3] (x = -3.792 gives -4.5e-7 against onnxruntime's -1.82e-4); UnaryOp ERF and
+ERFC call a scalar erf (2.5-15 ns per element, depending on |x|) and GELU_STANDARD evaluates it in
+double (3.4 ns per element). Gelu(x; tanh) is left to the ``gelu-tanh`` decomposition.
+Fewer ops cost accuracy (minimax fits on the GELU error): h = C + A/(s + d) (8 ops, C = 8.53294,
+A = -648.047, d = 93.4039) is 3.26e-5 from GELU in MNN (7x better than UnaryOp GELU per element,
+but vit_tiny's output came out 1.35e-4 from onnxruntime against the converter file's 1.04e-4, so it
+is not the default), C + E s + A/(s + d) 2.9e-5, and polynomial h of degree 2 or 3 turn negative
+for large s.
 """
 
 from __future__ import annotations
@@ -78,6 +100,9 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     fmt = Format.NC4HW4 if rows is not None else ctx.format_of(x_value)
     x = rows if rows is not None else ctx.tensor(x_value, fmt)
     name = ctx.op_name(node)
+    if ctx.options.gelu == "mnn":
+        _lower_mnn_gelu(ctx, node, x, rows, fmt)
+        return
     c, a, b = gelu_partial_fractions()
     d1, d2 = GELU_POLES
 
@@ -90,22 +115,38 @@ def _lower(ctx: LowerContext, node: Node) -> None:
         return out
 
     mul, add, div = fb.BinaryOpOperation.MUL, fb.BinaryOpOperation.ADD, fb.BinaryOpOperation.REALDIV
+    # v = -x h(x^2) with the signs folded into the constants, y = x / (1 + exp(v))
     s = bin_(mul, x, x, "sq")
-    i1 = bin_(div, k(a, "a"), bin_(add, s, k(d1, "d1"), "t1"), "i1")
-    i2 = bin_(div, k(b, "b"), bin_(add, s, k(d2, "d2"), "t2"), "i2")
-    h = bin_(add, bin_(add, i1, i2, "i12"), k(c, "c"), "h")
-    u = bin_(mul, x, h, "u")
-    sig = ctx.temp(f"{name}__sigmoid")
+    i1 = bin_(div, k(-a, "a"), bin_(add, s, k(d1, "d1"), "t1"), "i1")
+    i2 = bin_(div, k(-b, "b"), bin_(add, s, k(d2, "d2"), "t2"), "i2")
+    h = bin_(add, bin_(add, i1, i2, "i12"), k(-c, "c"), "h")
+    v = bin_(mul, x, h, "v")
+    e = ctx.temp(f"{name}__exp")
     param = Table(
         "UnaryOp",
-        {"opType": fb.UnaryOpOperation.SIGMOID, "T": fb.DataType.DT_FLOAT},
+        {"opType": fb.UnaryOpOperation.EXP, "T": fb.DataType.DT_FLOAT},
         force=frozenset({"opType"}),
     )
-    ctx.emit("UnaryOp", f"{name}__sigmoid", [u], [sig], param)
+    ctx.emit("UnaryOp", f"{name}__exp", [v], [e], param)
+    den = bin_(add, e, k(1.0, "one"), "den")
     if rows is None:
-        ctx.emit("BinaryOp", name, [x, sig], [ctx.define(value, fmt)], binary_table(mul))
+        ctx.emit("BinaryOp", name, [x, den], [ctx.define(value, fmt)], binary_table(div))
         return
-    ctx.define_rows(value, bin_(mul, x, sig, "rows"), name)
+    ctx.define_rows(value, bin_(div, x, den, "rows"), name)
+
+
+def _lower_mnn_gelu(ctx: LowerContext, node: Node, x: int, rows: int | None, fmt: Format) -> None:
+    """``MnnOptions.gelu == "mnn"``: MNN's own UnaryOp GELU (the tanh form, up to 4.7e-4 off)."""
+    name = ctx.op_name(node)
+    value = ctx.graph.value(node)
+    fields = {"opType": fb.UnaryOpOperation.GELU, "T": fb.DataType.DT_FLOAT}
+    param = Table("UnaryOp", fields, force=frozenset({"opType"}))
+    if rows is None:
+        ctx.emit("UnaryOp", name, [x], [ctx.define(value, fmt)], param)
+        return
+    out = ctx.temp(f"{name}__rows")
+    ctx.emit("UnaryOp", f"{name}__rows", [x], [out], param)
+    ctx.define_rows(value, out, name)
 
 
 LOWERINGS: dict[str, Lowering] = {"Gelu": Lowering(_lower, _check)}

@@ -13,6 +13,9 @@ reads A (attention's query, key and value), and the conv's output is kept as the
 the result (:meth:`LowerContext.rows_view`), which an elementwise lowering (Gelu) or the next fully
 connected layer reads without a layout copy; an unread NCHW copy is dropped.
 A MatMul of two variable tensors becomes MatMul (2-D) or BatchMatMul.
+The [P, K, 1, 1] conv form is also MNN 3.6.1's fastest fully connected kernel (observed, 1 thread,
+4 chained 192 -> 192 layers on 197 rows: 258 us per layer, against 271 for a [1, K, P, 1] conv and
+293-298 for a MatMul with a constant B, transposed or not; 128 -> 128 on 32 rows: 22.9, 22.7, 26-30).
 """
 
 from __future__ import annotations
