@@ -31,6 +31,7 @@ from onnxruntime.quantization import (
 )
 
 __all__ = [
+    "FUSED_INT8_EXACT",
     "ModelCase",
     "QuantBench",
     "SqnrRow",
@@ -111,6 +112,31 @@ def ort_quantize(model: Path, calib: Sequence[Feeds], method: str, out: Path) ->
         calibrate_method=ORT_METHODS[method],
     )
     return out
+
+
+def _fused_int8_is_exact(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether onnxruntime's fused u8 x s8 kernels compute the QDQ definition on this host.
+
+    On x86 without VNNI (AVX2, AVX-512F) MLAS adds byte products in pairs with VPMADDUBSW, which
+    saturates at int16 (a QLinearConv probe with full-range int8 weights: 37 LSB off); with
+    AVX512-VNNI or AVX-VNNI, and on ARM, the dot products accumulate in int32.
+    """
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        return True
+    flags: set[str] = set()
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    return bool({"avx512_vnni", "avx_vnni"} & flags)
+
+
+FUSED_INT8_EXACT = _fused_int8_is_exact()
+"""True where onnxruntime's default (fused) execution of a QDQ model is a judge of its integer
+semantics; elsewhere tests that judge a model's int8 numerics run it as written (``exact=True``)."""
 
 
 def run_samples(
