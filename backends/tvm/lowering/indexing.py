@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from backends.tvm.lowering.gpu_bind import bind_gpu
-from backends.tvm.lowering.scatter_elements import emit_scatter_elements
+from backends.tvm.lowering.scatter_elements import combine, emit_scatter_elements
 from backends.tvm.lowering.table import LowerContext, lowers
 from compiler.ir.graph import Node
 
@@ -61,13 +61,7 @@ def scatter_nd_te(data: Any, indices: Any, updates: Any, reduction: str) -> Any:
     count = int(np.prod([int(d) for d in indices.shape[:-1]], dtype=np.int64))
     width = int(np.prod(dims[k:], dtype=np.int64))
     total = int(np.prod(dims, dtype=np.int64))
-    combine = {
-        "update": lambda old, new: new,
-        "add": lambda old, new: old + new,
-        "mul": lambda old, new: old * new,
-        "max": tirx.max,
-        "min": tirx.min,
-    }[reduction]
+    f = combine(reduction)
 
     def gen(ins: Any, outs: Any) -> Any:
         src, idx, upd = (T.buffer_proxy(b) for b in ins)
@@ -83,7 +77,7 @@ def scatter_nd_te(data: Any, indices: Any, updates: Any, reduction: str) -> Any:
                     loop = T.parallel if width > _PARALLEL_SLICE else T.serial
                     with loop(0, width) as j:
                         at = base * width + j
-                        out[at] = combine(out[at], upd[i * width + j])
+                        out[at] = f(out[at], upd[i * width + j])
             return ib.get()
 
     buf = tirx.decl_buffer(data.shape, data.dtype, "scatter_out")

@@ -31,7 +31,7 @@ from backends.tvm.dynamic_shapes import relax_shape
 from backends.tvm.kernels.kernel import mark_scheduled, spec_key
 from backends.tvm.lowering.table import LowerContext
 
-__all__ = ["ScatterElementsSpec", "scatter_elements_func", "emit_scatter_elements", "REDUCTIONS"]
+__all__ = ["ScatterElementsSpec", "scatter_elements_func", "emit_scatter_elements", "REDUCTIONS", "combine"]
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 """ONNX's ScatterElements reductions."""
@@ -73,11 +73,13 @@ def _dims(spec_dims: tuple[int, ...], prefix: str) -> list[Any]:
     ]
 
 
-def _combine(reduction: str) -> Any:
+def combine(reduction: str) -> Any:
+    """f(old, new) of a scatter reduction (ONNX's ``none`` or TOPI's ``update``: replace)."""
     from tvm import tirx
 
     return {
         "none": lambda old, new: new,
+        "update": lambda old, new: new,
         "add": lambda old, new: old + new,
         "mul": lambda old, new: old * new,
         "max": tirx.max,
@@ -142,7 +144,7 @@ def scatter_elements_func(spec: ScatterElementsSpec) -> Any:
     data = te.placeholder(ddims, spec.dtype, "data")
     indices = te.placeholder(idims, spec.index_dtype, "indices")
     updates = te.placeholder(idims, spec.dtype, "updates")
-    a, combine = spec.axis, _combine(spec.reduction)
+    a, f = spec.axis, combine(spec.reduction)
     nest = _gpu_nest if spec.gpu else _cpu_nest
     others = [d for k, d in enumerate(idims) if k != a]
 
@@ -157,7 +159,7 @@ def scatter_elements_func(spec: ScatterElementsSpec) -> Any:
                 i = T.bind(_i64(idx[tuple(p)]))
                 q = list(p)
                 q[a] = tirx.if_then_else(i < 0, i + ddims[a], i)
-                out[tuple(q)] = combine(out[tuple(q)], upd[tuple(p)])
+                out[tuple(q)] = f(out[tuple(q)], upd[tuple(p)])
         return ib.get()
 
     buf = tirx.decl_buffer(ddims, spec.dtype, "scatter_out")
