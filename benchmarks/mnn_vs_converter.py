@@ -11,8 +11,9 @@ Usage, from the repository root (../shared must hold the developer models)::
 ``ZOO_DIR/<name>/model.onnx`` with its input ``inputs.npz`` (integer inputs are fed as int32).
 
 For each model six files are made from the same ONNX: Kiln (``compile_model`` with
-``emit=("mnn",)`` and ``MnnOptions(weights="fp32")`` / the same with ``gelu="mnn"`` (``fp32~``: MNN's
-inexact UnaryOp GELU, as the converter writes it, instead of Kiln's exact one) / ``"int8"`` /
+``emit=("mnn",)`` and ``MnnOptions(weights="fp32")`` (its default GELU is MNN's tanh-form UnaryOp,
+as the converter writes it) / the same with ``gelu="exact"`` (``fp32=``: Kiln's exact erf GELU,
+slower) / ``"int8"`` /
 ``"int8"`` with every layer quantized (``int8*``, the converter's policy)) and MNN's
 converter library (plain fp32, and ``--weightQuantBits 8``, its weight-only int8), called through
 ``tests.helpers.mnn_convert`` (never the telemetry-sending console script). Printed per model:
@@ -81,13 +82,13 @@ ZOO_MODELS = [
     "lstm_text",
 ]
 SHAPES = {"ppocr_mobile_v2_cls": {"x": (1, 3, 48, 192)}}
-FILES = ("kiln fp32", "kiln fp32~", "conv fp32", "kiln int8", "kiln int8*", "conv int8")
+FILES = ("kiln fp32", "kiln fp32=", "conv fp32", "kiln int8", "kiln int8*", "conv int8")
 # Kiln's int8 weights keep a measured per-layer float fallback that holds cosine >= 0.999 (its
 # default); "kiln int8*" quantizes every layer, the converter's policy, for a like-for-like size.
 KILN_OPTIONS = {
-    "kiln fp32": MnnOptions(weights="fp32"),
-    # MNN's own tanh-form UnaryOp GELU, as the converter writes it (opt-in, not fp32-exact)
-    "kiln fp32~": MnnOptions(weights="fp32", gelu="mnn"),
+    "kiln fp32": MnnOptions(weights="fp32"),  # MNN's tanh-form UnaryOp GELU, as the converter writes
+    # the exact erf GELU (--mnn-gelu exact: fp32-exact, slower)
+    "kiln fp32=": MnnOptions(weights="fp32", gelu="exact"),
     "kiln int8": MnnOptions(weights="int8"),
     "kiln int8*": MnnOptions(weights="int8", min_cosine=0.0),
 }

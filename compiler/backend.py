@@ -64,6 +64,7 @@ class Artifact:
     precision: str = "fp32"
     details: dict[str, Any] | None = None  # backend decisions recorded in the manifest
     unverifiable: str = ""  # why this machine cannot run the artifact (e.g. "needs a CUDA GPU")
+    remedy: str = ""  # what to change when the artifact misses its verification tolerance
 
 
 def all_of(*checks: Check | None) -> Check:

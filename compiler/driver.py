@@ -197,7 +197,11 @@ def compile_model(options: CompileOptions) -> CompileResult:
     failed = [(c.path, name) for c in checks for name in c.failures()]
     if failed:
         what = ", ".join(f"output {n!r} of {p}" for p, n in failed)
-        err = VerificationFailed(f"{options.model.name}: verification failed for {what} (see manifest.json)")
+        paths = {p for p, _ in failed}
+        remedies = "".join(f"; {a.path}: {a.remedy}" for a in artifacts if a.path in paths and a.remedy)
+        err = VerificationFailed(
+            f"{options.model.name}: verification failed for {what} (see manifest.json){remedies}"
+        )
         err.result = result  # type: ignore[attr-defined]
         raise err
     return result

@@ -37,6 +37,7 @@ def types_count(path: Path, kind: str) -> int:
     """How many ops of type ``kind`` an .mnn file holds."""
     return mnn_op_types(path).count(kind)
 
+
 MAX_REL = 1e-5  # max|mnn - ort| / max(1, max|ort|), Kiln's fp32 rule is 1e-4
 _RNG = np.random.default_rng(18)
 _X = (_RNG.standard_normal((1, 16, 32)) * 2).astype(np.float32)
@@ -108,7 +109,7 @@ def _run(
     model: onnx.ModelProto, tmp_path: Path, options: MnnOptions | None = None
 ) -> tuple[Graph, Path, float]:
     graph, path = _legalized(model, tmp_path)
-    mnn = write_mnn(graph, tmp_path / "m.mnn", options or MnnOptions())[-1]
+    mnn = write_mnn(graph, tmp_path / "m.mnn", options or MnnOptions(gelu="exact"))[-1]
     got, ref = run_mnn(mnn, {"x": _X}), run_onnxruntime(path, {"x": _X})
     worst = max(agreement(got[k].reshape(ref[k].shape), ref[k]).max_rel for k in ref)
     return graph, mnn, worst
@@ -200,7 +201,7 @@ def test_gelu_in_mnn_is_exact_on_a_fine_grid(tmp_path: Path) -> None:
     x = np.concatenate([grid, tails])[None]
     graph, _ = _legalized(_erf_gelu_of_input(x.shape[1]), tmp_path)
     assert [n.op for n in graph.ops()] == ["Gelu"]
-    mnn = write_mnn(graph, tmp_path / "m.mnn", MnnOptions())[-1]
+    mnn = write_mnn(graph, tmp_path / "m.mnn", MnnOptions(gelu="exact"))[-1]
     assert _unary_kinds(mnn) == [fb.UnaryOpOperation.EXP]
     y = run_mnn(mnn, {"x": x})["y"].reshape(-1).astype(np.float64)
     x64 = x.reshape(-1).astype(np.float64)
@@ -221,13 +222,14 @@ def test_gelu_times_two_keeps_its_mul_when_the_product_is_read_elsewhere(tmp_pat
     assert worst <= MAX_REL
 
 
-def test_mnn_gelu_option_writes_mnns_unary_gelu_on_the_packed_rows(tmp_path: Path) -> None:
-    """MnnOptions(gelu="mnn"): one UnaryOp GELU (the tanh form, 4.7e-4 per element at most), no copies."""
-    graph, mnn, worst = _run(_mlp(), tmp_path, MnnOptions(gelu="mnn"))
+def test_default_gelu_writes_mnns_unary_gelu_on_the_packed_rows(tmp_path: Path) -> None:
+    """MnnOptions() (gelu="mnn"): one UnaryOp GELU (the tanh form, 4.7e-4 per element at most), no copies."""
+    assert MnnOptions().gelu == "mnn"
+    graph, mnn, worst = _run(_mlp(), tmp_path, MnnOptions())
     assert _unary_kinds(mnn) == [fb.UnaryOpOperation.GELU]
     assert types_count(mnn, "BinaryOp") == 0
     assert types_count(mnn, "ConvertTensor") == 3
-    assert 1e-5 < worst <= 5e-4  # less exact than the default chain (1e-5), as documented
+    assert 1e-5 < worst <= 5e-4  # less exact than the exact chain (1e-5), as documented
 
 
 def test_mnn_gelu_option_is_checked() -> None:
@@ -235,25 +237,63 @@ def test_mnn_gelu_option_is_checked() -> None:
         MnnOptions(gelu="tanh")
     p = argparse.ArgumentParser()
     BACKEND.add_arguments(p)
-    assert BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "mnn"]), requested=True) == MnnOptions(
-        gelu="mnn"
+    assert BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "exact"]), requested=True) == MnnOptions(
+        gelu="exact"
     )
+    assert BACKEND.options_from_args(p.parse_args([]), requested=True).gelu == "mnn"
     with pytest.raises(OptionError, match="--mnn-gelu needs --emit mnn"):
         BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "exact"]), requested=False)
 
 
-def test_mnn_gelu_option_is_verified_as_approximate_fp32(tmp_path: Path) -> None:
-    """kiln compile --mnn-gelu mnn: the artifact is judged as fp32-approx (max rel 1e-3), not fp32;
-    without a Gelu in the graph it stays fp32."""
+@pytest.mark.parametrize("flag", [[], ["--mnn-gelu", "mnn"], ["--mnn-gelu", "exact"]])
+def test_gelu_form_sets_the_verified_precision(tmp_path: Path, flag: list[str]) -> None:
+    """kiln compile --emit mnn (default --mnn-gelu mnn): the artifact is judged as fp32-approx
+    (max rel 1e-3), not fp32; without a Gelu in the graph, or with --mnn-gelu exact, it is fp32."""
     from compiler.cli import main
 
-    for stem, model, want in (("gelu", _mlp(), "fp32-approx"), ("plain", _mlp(half=0.6), "fp32")):
+    form = flag[-1] if flag else "mnn"
+    for stem, model, want in (
+        ("gelu", _mlp(), "fp32-approx" if form == "mnn" else "fp32"),
+        ("plain", _mlp(half=0.6), "fp32"),
+    ):
         src, out = tmp_path / f"{stem}.onnx", tmp_path / stem
         onnx.save(model, src)
         np.savez(tmp_path / f"{stem}.npz", x=_X)
-        args = ["compile", str(src), "-o", str(out), "--emit", "mnn", "--mnn-gelu", "mnn"]
+        args = ["compile", str(src), "-o", str(out), "--emit", "mnn", *flag]
         assert main([*args, "--inputs", str(tmp_path / f"{stem}.npz")]) == 0
         man = json.loads((out / "manifest.json").read_text())
         (art,) = [a for a in man["verification"]["artifacts"] if a["kind"] == "mnn"]
         assert art["precision"] == want and art["passed"]
-        assert man["options"]["mnn"]["gelu"] == "mnn"
+        assert man["options"]["mnn"]["gelu"] == form
+
+
+def test_a_failed_approximate_gelu_file_names_the_exact_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where the tanh-form file misses its tolerance, the one-line error says --mnn-gelu exact
+    (the tolerance is tightened here to force the miss)."""
+    from compiler import verification
+    from compiler.cli import main
+
+    src = tmp_path / "gelu.onnx"
+    onnx.save(_mlp(), src)
+    np.savez(tmp_path / "x.npz", x=_X)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(
+            verification.TOLERANCES, "fp32-approx", verification.Tolerance(max_rel=1e-9, min_cosine=1.0)
+        )
+        code = main(
+            [
+                "compile",
+                str(src),
+                "-o",
+                str(tmp_path / "out"),
+                "--emit",
+                "mnn",
+                "--inputs",
+                str(tmp_path / "x.npz"),
+            ]
+        )
+    assert code == 1 and (tmp_path / "out" / "manifest.json").exists()  # kept for inspection
+    err = capsys.readouterr().err
+    assert "verification failed" in err and "--mnn-gelu exact" in err

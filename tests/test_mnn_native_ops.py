@@ -44,10 +44,14 @@ def _graph(model: onnx.ModelProto, tmp_path: Path, legalize: bool = False) -> tu
 
 
 def _compile_and_run(
-    model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, legalize: bool = False
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    tmp_path: Path,
+    legalize: bool = False,
+    options: MnnOptions | None = None,
 ) -> tuple[Path, dict[str, np.ndarray], dict[str, np.ndarray]]:
     graph, path = _graph(model, tmp_path, legalize)
-    mnn = write_mnn(graph, tmp_path / "m.mnn", MnnOptions())[-1]
+    mnn = write_mnn(graph, tmp_path / "m.mnn", options or MnnOptions())[-1]
     return mnn, run_mnn(mnn, feeds), run_onnxruntime(path, feeds)
 
 
@@ -268,8 +272,9 @@ _GELU_X = np.linspace(-12, 12, 24001, dtype=np.float32).reshape(1, -1)
 
 
 def test_gelu_erf_is_lowered_as_an_exp_chain_and_matches(tmp_path: Path) -> None:
-    """MNN's ERF and GELU_STANDARD are scalar and slow: Kiln writes x / (1 + exp(-x * h(x^2))) (one
-    UnaryOp EXP, ten BinaryOps), within 2e-6 of onnxruntime's exact Gelu (backends/mnn/lower/gelu.py)."""
+    """--mnn-gelu exact: MNN's ERF and GELU_STANDARD are scalar and slow, so Kiln writes
+    x / (1 + exp(-x * h(x^2))) (one UnaryOp EXP, ten BinaryOps), within 2e-6 of onnxruntime's exact
+    Gelu (backends/mnn/lower/gelu.py)."""
     model = _model(
         [oh.make_node("Gelu", ["x"], ["y"])],
         [oh.make_tensor_value_info("x", T.FLOAT, list(_GELU_X.shape))],
@@ -280,7 +285,8 @@ def test_gelu_erf_is_lowered_as_an_exp_chain_and_matches(tmp_path: Path) -> None
     graph, _ = _graph(model, tmp_path)
     (n,) = [n for n in graph.ops() if n.op == "Gelu"]
     assert TABLE.reason(graph, n) is None
-    mnn, got, ref = _compile_and_run(model, {"x": _GELU_X}, tmp_path, legalize=True)
+    exact = MnnOptions(gelu="exact")
+    mnn, got, ref = _compile_and_run(model, {"x": _GELU_X}, tmp_path, legalize=True, options=exact)
     types = mnn_op_types(mnn)
     assert sorted(set(types)) == ["BinaryOp", "Const", "Input", "UnaryOp"]
     assert (types.count("UnaryOp"), types.count("BinaryOp")) == (1, 10)

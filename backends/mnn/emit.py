@@ -79,9 +79,12 @@ def emit_mnn(
     # so the artifact is judged with the int8 tolerance, like the QDQ ONNX model.
     full_int8 = options.quant is not None and options.quant.mode == "int8"
     precision = "int8" if full_int8 else mnn.precision
-    # MnnOptions(gelu="mnn"): MNN's own tanh-form GELU kernel is not fp32-exact (backends.mnn.lower.gelu)
+    # MnnOptions(gelu="mnn"), the default: MNN's own tanh-form GELU kernel is not fp32-exact
+    # (backends.mnn.lower.gelu); a file that misses even fp32-approx names the exact form
+    remedy = ""
     if precision == "fp32" and mnn.gelu == "mnn" and any(n.op == "Gelu" for n in graph.ops()):
         precision = "fp32-approx"
+        remedy = "MNN's tanh-form GELU kernel (4.7e-4 per element); --mnn-gelu exact writes the erf GELU"
     # --quantize int4w/int8w: kiln::WeightOnlyMatMul's levels as they are (the coarser of the two wins)
     if options.quant is not None and options.quant.weight_bits is not None:
         precision = "int4w" if "int4w" in (precision, options.quant.mode) else options.quant.mode
@@ -90,4 +93,8 @@ def emit_mnn(
     details: dict[str, Any] = {"layout": "NC4HW4", "layouts": record_layouts(graph, 4)}
     if mnn.bits is not None and mnn.target_cosine > 0.0:
         details["weight_plan"] = plan_record(plan)
-    return [Artifact(kind="mnn", target="mnn", path=MODEL_FILE, precision=precision, details=details)]
+    return [
+        Artifact(
+            kind="mnn", target="mnn", path=MODEL_FILE, precision=precision, details=details, remedy=remedy
+        )
+    ]

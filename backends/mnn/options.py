@@ -12,8 +12,9 @@ __all__ = ["MnnOptions", "WEIGHT_MODES", "SCALE_MODES", "GELU_MODES", "PRECISION
 
 WEIGHT_MODES = ("fp32", "fp16", "int8", "int4")
 SCALE_MODES = ("fp32", "fp16")
-# exact: the erf GELU to 1.7e-6 (backends.mnn.lower.gelu); mnn: MNN's UnaryOp GELU (tanh form, 4.7e-4)
-GELU_MODES = ("exact", "mnn")
+# mnn (default): MNN's UnaryOp GELU, what its converter writes (tanh form, 4.7e-4 per element, verified
+# as fp32-approx); exact: the erf GELU to 1.7e-6 (backends.mnn.lower.gelu), about 7 % slower on a ViT
+GELU_MODES = ("mnn", "exact")
 # The artifact precision recorded in the manifest (and the key of its verification tolerance).
 PRECISIONS = {"fp32": "fp32", "fp16": "fp16", "int8": "int8w", "int4": "int4w"}
 
@@ -39,9 +40,11 @@ class MnnOptions:
             (:mod:`backends.mnn.gptq_weights`) instead of to nearest. None: nearest rounding.
         calib_count: use the first N calibration samples (None: all).
         preprocess: ``--preprocess`` spec for image calibration data.
-        gelu: how the erf GELU is written: ``exact`` (a rational sigmoid chain, 1.7e-6 from the erf
-            GELU) or ``mnn`` (MNN's own UnaryOp GELU, what MNN's converter writes: faster, but the
-            tanh form, up to 4.7e-4 off; see :mod:`backends.mnn.lower.gelu`).
+        gelu: how the erf GELU is written: ``mnn`` (default: MNN's own UnaryOp GELU, what MNN's
+            converter writes; the tanh form, up to 4.7e-4 off per element, so the file is verified
+            as ``fp32-approx``, max rel 1e-3) or ``exact`` (a rational sigmoid chain, 1.7e-6 from
+            the erf GELU, verified as ``fp32``, 5-8 % slower on the erf-GELU transformers; see
+            :mod:`backends.mnn.lower.gelu`).
     """
 
     weights: str = "fp32"
@@ -54,7 +57,7 @@ class MnnOptions:
     calib: Path | None = None
     calib_count: int | None = None
     preprocess: str | None = None
-    gelu: str = "exact"
+    gelu: str = "mnn"
 
     def __post_init__(self) -> None:
         if self.gelu not in GELU_MODES:

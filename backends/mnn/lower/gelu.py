@@ -1,4 +1,4 @@
-"""Gelu (erf form) as vectorized MNN kernels: a sigmoid of a rational function.
+"""Gelu (erf form) in MNN files: MNN's UnaryOp GELU (default) or, exact, a sigmoid of a rational function.
 
     Gelu(x) = x * Phi(x),   Phi(x) = 1/2 * (1 + erf(x / sqrt(2)))
 
@@ -35,10 +35,13 @@ cheaper than SIGMOID + MUL, and as exact) against 0.71 for MNN's UnaryOp GELU, a
 model spends that difference (vit_tiny: 12 GELUs of 151k elements, about 4.5 ms of 50 ms), which
 no other op wins back (per-op profiles, ``benchmarks/mnn_op_profile.py``: Kiln's convolutions,
 attention loops, softmax and LayerNorm cost what the converter's do, its layout copies 10-30 %
-less): with the UnaryOp GELU in Kiln's file (``MnnOptions(gelu="mnn")``, ``--mnn-gelu mnn``, opt-in,
-verified as ``fp32-approx``: max rel 1e-3) its latency is the converter's (0.97-1.01x of the
-converter's thread CPU time on bert, distilbert, whisper, vit_tiny, hf_vit and mobilevit, observed),
-with this exact chain 1.00-1.12x.
+less): with the UnaryOp GELU in Kiln's file (``MnnOptions(gelu="mnn")``, the default since the
+exact chain alone kept every erf-GELU file 5-8 % slower than the converter's; verified as
+``fp32-approx``: max rel 1e-3) its latency is the converter's (0.985-0.997x of the converter's
+file on bert, distilbert, whisper, vit_tiny and hf_vit, 30 interleaved rounds, 1 thread, quiet
+AVX-512 host; the exact chain 1.05-1.08x there) and its output error too (vit_tiny 1.04e-4 from
+onnxruntime, as the converter's file). This exact chain is ``--mnn-gelu exact``, verified as
+``fp32`` (max rel 1e-4).
 Splitting the tensor into row blocks (Slice, a chain per block, Concat) so that each block's chain
 stays in cache made it slower (observed: 490 -> 505-525 us at [197, 768]): the kernels are not
 memory bound. MUL_SILU broadcasts a scalar operand wrongly (garbage, observed), and is slower than
