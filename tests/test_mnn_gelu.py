@@ -240,7 +240,7 @@ def test_mnn_gelu_option_is_checked() -> None:
     assert BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "exact"]), requested=True) == MnnOptions(
         gelu="exact"
     )
-    assert BACKEND.options_from_args(p.parse_args([]), requested=True).gelu == "mnn"
+    assert BACKEND.options_from_args(p.parse_args([]), requested=True) == MnnOptions(gelu="mnn")
     with pytest.raises(OptionError, match="--mnn-gelu needs --emit mnn"):
         BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "exact"]), requested=False)
 
