@@ -132,6 +132,7 @@ def tvm_legalization(target: str, lanes: int | None) -> list[PipelineItem]:
     items: list[PipelineItem] = [
         "fuse-conv-bias-act",
         "fuse-quantized-ops{conv1d=1}",  # 1-D convs too (H = 1): the int8 conv kernel, not fake quant
+        "fold-quantized-relu",  # Q(Relu(dq(q))) on one grid = max(q, z): a residual Add's int8 tail
         "normalize-gemm",
         "fold-constants",
         f"decompose{{backend=tvm,target={target}}}",
