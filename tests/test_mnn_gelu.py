@@ -222,10 +222,9 @@ def test_gelu_times_two_keeps_its_mul_when_the_product_is_read_elsewhere(tmp_pat
     assert worst <= MAX_REL
 
 
-def test_default_gelu_writes_mnns_unary_gelu_on_the_packed_rows(tmp_path: Path) -> None:
-    """MnnOptions() (gelu="mnn"): one UnaryOp GELU (the tanh form, 4.7e-4 per element at most), no copies."""
-    assert MnnOptions().gelu == "mnn"
-    graph, mnn, worst = _run(_mlp(), tmp_path, MnnOptions())
+def test_mnn_gelu_option_writes_mnns_unary_gelu_on_the_packed_rows(tmp_path: Path) -> None:
+    """MnnOptions(gelu="mnn"): one UnaryOp GELU (the tanh form, 4.7e-4 per element at most), no copies."""
+    graph, mnn, worst = _run(_mlp(), tmp_path, MnnOptions(gelu="mnn"))
     assert _unary_kinds(mnn) == [fb.UnaryOpOperation.GELU]
     assert types_count(mnn, "BinaryOp") == 0
     assert types_count(mnn, "ConvertTensor") == 3
@@ -240,31 +239,80 @@ def test_mnn_gelu_option_is_checked() -> None:
     assert BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "exact"]), requested=True) == MnnOptions(
         gelu="exact"
     )
-    assert BACKEND.options_from_args(p.parse_args([]), requested=True) == MnnOptions(gelu="mnn")
+    assert BACKEND.options_from_args(p.parse_args([]), requested=True) == MnnOptions(gelu="auto")
+    assert MnnOptions().gelu == "auto"
     with pytest.raises(OptionError, match="--mnn-gelu needs --emit mnn"):
         BACKEND.options_from_args(p.parse_args(["--mnn-gelu", "exact"]), requested=False)
 
 
-@pytest.mark.parametrize("flag", [[], ["--mnn-gelu", "mnn"], ["--mnn-gelu", "exact"]])
-def test_gelu_form_sets_the_verified_precision(tmp_path: Path, flag: list[str]) -> None:
-    """kiln compile --emit mnn (default --mnn-gelu mnn): the artifact is judged as fp32-approx
-    (max rel 1e-3), not fp32; without a Gelu in the graph, or with --mnn-gelu exact, it is fp32."""
+def _amplified_gelu() -> onnx.ModelProto:
+    """y = 10 (Gelu(x) - x): near x = 2.7, where the tanh form is 4.7e-4 off, y is small, so the
+    fast kernel's error is 4.7e-3 relative to max(1, max|y|)."""
+    graph = oh.make_graph(
+        [
+            oh.make_node("Gelu", ["x"], ["g"]),
+            oh.make_node("Sub", ["g", "x"], ["d"]),
+            oh.make_node("Mul", ["d", "ten"], ["y"]),
+        ],
+        "amplified",
+        [oh.make_tensor_value_info("x", T.FLOAT, [1, 256])],
+        [oh.make_tensor_value_info("y", T.FLOAT, [1, 256])],
+        [onnx.numpy_helper.from_array(np.array(10.0, np.float32), "ten")],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 20)])
+
+
+@pytest.mark.parametrize(
+    ("flag", "stem", "form", "precision"),
+    [
+        ([], "gelu", "mnn", "fp32-approx"),  # auto: the fast kernel measured within 5e-4
+        ([], "amplified", "exact", "fp32"),  # auto: 4.7e-3 measured, so the exact chain
+        (["--mnn-gelu", "mnn"], "amplified", "mnn", "fp32-approx"),  # forced: misses 1e-3, exit 1
+        (["--mnn-gelu", "exact"], "gelu", "exact", "fp32"),
+        ([], "plain", None, "fp32"),  # no Gelu: nothing measured
+    ],
+)
+def test_gelu_form_and_verified_precision(
+    tmp_path: Path, flag: list[str], stem: str, form: str | None, precision: str
+) -> None:
+    """kiln compile --emit mnn: --mnn-gelu auto (default) measures MNN's tanh-form kernel against the
+    exact chain on the compile inputs and keeps it within 5e-4 (judged as fp32-approx, max rel 1e-3),
+    else writes the exact chain (fp32); the manifest records the choice."""
     from compiler.cli import main
 
-    form = flag[-1] if flag else "mnn"
-    for stem, model, want in (
-        ("gelu", _mlp(), "fp32-approx" if form == "mnn" else "fp32"),
-        ("plain", _mlp(half=0.6), "fp32"),
-    ):
-        src, out = tmp_path / f"{stem}.onnx", tmp_path / stem
-        onnx.save(model, src)
-        np.savez(tmp_path / f"{stem}.npz", x=_X)
-        args = ["compile", str(src), "-o", str(out), "--emit", "mnn", *flag]
-        assert main([*args, "--inputs", str(tmp_path / f"{stem}.npz")]) == 0
-        man = json.loads((out / "manifest.json").read_text())
-        (art,) = [a for a in man["verification"]["artifacts"] if a["kind"] == "mnn"]
-        assert art["precision"] == want and art["passed"]
-        assert man["options"]["mnn"]["gelu"] == form
+    model = {"gelu": _mlp(), "plain": _mlp(half=0.6), "amplified": _amplified_gelu()}[stem]
+    x = _X if stem != "amplified" else np.linspace(2.0, 3.5, 256, dtype=np.float32)[None]
+    src, out = tmp_path / f"{stem}.onnx", tmp_path / stem
+    onnx.save(model, src)
+    np.savez(tmp_path / f"{stem}.npz", x=x)
+    args = [
+        "compile",
+        str(src),
+        "-o",
+        str(out),
+        "--emit",
+        "mnn",
+        *flag,
+        "--inputs",
+        str(tmp_path / f"{stem}.npz"),
+    ]
+    code = main(args)
+    man = json.loads((out / "manifest.json").read_text())
+    (art,) = [a for a in man["verification"]["artifacts"] if a["kind"] == "mnn"]
+    assert art["precision"] == precision
+    (written,) = [a for a in man["artifacts"] if a["kind"] == "mnn"]
+    record = (written.get("details") or {}).get("gelu")
+    assert man["options"]["mnn"]["gelu"] == (flag[-1] if flag else "auto")
+    if flag:
+        assert record is None  # the form was given: nothing measured
+        assert _unary_kinds(out / "model.mnn").count(fb.UnaryOpOperation.GELU) == (form == "mnn")
+    elif form is None:
+        assert record is None
+    else:
+        assert record is not None and record["chosen"] == form
+        assert (record["max_rel_mnn_vs_exact"] <= 5e-4) == (form == "mnn")
+    forced_miss = flag == ["--mnn-gelu", "mnn"] and stem == "amplified"
+    assert code == (1 if forced_miss else 0) and art["passed"] == (not forced_miss)
 
 
 def test_a_failed_approximate_gelu_file_names_the_exact_form(

@@ -35,7 +35,7 @@ def _gelu_file(tmp_path: Path, options: MnnOptions, name: str) -> Path:
 
 def test_profile_counts_each_files_ops(tmp_path: Path) -> None:
     exact = _gelu_file(tmp_path, MnnOptions(gelu="exact"), "exact")
-    fast = _gelu_file(tmp_path, MnnOptions(), "mnn")
+    fast = _gelu_file(tmp_path, MnnOptions(gelu="mnn"), "mnn")
     x = np.linspace(-4, 4, 4096, dtype=np.float32).reshape(1, 4096)
     totals, per_type = profile([exact, fast], {"x": x}, rounds=3)
     assert len(totals) == 2 and all(t > 0 for t in totals)

@@ -70,8 +70,9 @@ class MnnBackend(BackendBase):
         g.add_argument(
             "--mnn-gelu",
             choices=list(GELU_MODES),
-            help="erf GELU: mnn (default: MNN's tanh-form UnaryOp, as its converter writes, 4.7e-4; "
-            "verified as fp32-approx) or exact (1.7e-6, verified as fp32, slower)",
+            help="erf GELU: mnn (MNN's tanh-form UnaryOp, as its converter writes, 4.7e-4 per element; "
+            "verified as fp32-approx), exact (1.7e-6, verified as fp32, slower) or auto (default: mnn "
+            "where the compile inputs show it within 5e-4 of exact, else exact)",
         )
         g.add_argument(
             "--mnn-min-cosine",
@@ -129,7 +130,7 @@ class MnnBackend(BackendBase):
             calib=args.calib if gptq else None,
             calib_count=args.calib_count if gptq else None,
             preprocess=args.preprocess if gptq else None,
-            gelu=getattr(args, "mnn_gelu", None) or "mnn",
+            gelu=getattr(args, "mnn_gelu", None) or "auto",
         )
 
 

@@ -23,7 +23,7 @@ from compiler.input_spec import check_inputs, load_inputs, random_graph_inputs
 from compiler.ir.graph import Graph
 from compiler.options import CompileOptions
 
-__all__ = ["emit_mnn", "mnn_options_of", "plan_feeds", "plan_record", "MODEL_FILE"]
+__all__ = ["emit_mnn", "mnn_options_of", "plan_feeds", "compile_feeds", "plan_record", "MODEL_FILE"]
 
 MODEL_FILE = "model.mnn"
 
@@ -35,9 +35,12 @@ def mnn_options_of(options: CompileOptions) -> MnnOptions:
 
 
 def plan_feeds(graph: Graph, options: CompileOptions, mnn: MnnOptions) -> dict[str, np.ndarray] | None:
-    """The inputs the weight plan is measured on: those verification uses (--inputs or --seed)."""
-    if mnn.target_cosine <= 0.0:
-        return None
+    """The inputs the weight plan is measured on (None: no plan to measure)."""
+    return compile_feeds(graph, options) if mnn.target_cosine > 0.0 else None
+
+
+def compile_feeds(graph: Graph, options: CompileOptions) -> dict[str, np.ndarray]:
+    """The inputs verification uses (--inputs, else seeded random inputs)."""
     types = graph.input_types()
     if options.inputs is not None:
         return check_inputs(load_inputs(options.inputs), types, str(options.inputs))
@@ -74,13 +77,18 @@ def emit_mnn(
         )
     if plan is None:
         plan = weight_plan(graph, mnn, plan_feeds(graph, options, mnn))
+    from backends.mnn.gelu_choice import resolve_gelu
+
+    measure = mnn.gelu == "auto" and any(n.op == "Gelu" for n in graph.ops())
+    feeds = compile_feeds(graph, options) if measure else {}
+    mnn, gelu_record = resolve_gelu(graph, mnn, feeds, options.model.name, plan.storage)
     write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, storage=plan.storage)
     # Full int8 (--quantize int8): QDQ regions are written as MNN int8 casts (backends.mnn.lower.quant),
     # so the artifact is judged with the int8 tolerance, like the QDQ ONNX model.
     full_int8 = options.quant is not None and options.quant.mode == "int8"
     precision = "int8" if full_int8 else mnn.precision
-    # MnnOptions(gelu="mnn"), the default: MNN's own tanh-form GELU kernel is not fp32-exact
-    # (backends.mnn.lower.gelu); a file that misses even fp32-approx names the exact form
+    # MnnOptions(gelu="mnn"), or "auto" where it measured safe: MNN's own tanh-form GELU kernel is
+    # not fp32-exact (backends.mnn.lower.gelu); a file that misses even fp32-approx names the exact form
     remedy = ""
     if precision == "fp32" and mnn.gelu == "mnn" and any(n.op == "Gelu" for n in graph.ops()):
         precision = "fp32-approx"
@@ -93,6 +101,8 @@ def emit_mnn(
     details: dict[str, Any] = {"layout": "NC4HW4", "layouts": record_layouts(graph, 4)}
     if mnn.bits is not None and mnn.target_cosine > 0.0:
         details["weight_plan"] = plan_record(plan)
+    if gelu_record is not None:
+        details["gelu"] = gelu_record
     return [
         Artifact(
             kind="mnn", target="mnn", path=MODEL_FILE, precision=precision, details=details, remedy=remedy

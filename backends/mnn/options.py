@@ -12,9 +12,11 @@ __all__ = ["MnnOptions", "WEIGHT_MODES", "SCALE_MODES", "GELU_MODES", "PRECISION
 
 WEIGHT_MODES = ("fp32", "fp16", "int8", "int4")
 SCALE_MODES = ("fp32", "fp16")
-# mnn (default): MNN's UnaryOp GELU, what its converter writes (tanh form, 4.7e-4 per element, verified
-# as fp32-approx); exact: the erf GELU to 1.7e-6 (backends.mnn.lower.gelu), about 7 % slower on a ViT
-GELU_MODES = ("mnn", "exact")
+# auto (default): MNN's UnaryOp GELU where the compile inputs show it costs at most GELU_AUTO_MAX_REL,
+# else the exact chain (backends.mnn.gelu_choice); mnn: MNN's UnaryOp GELU, what its converter writes
+# (tanh form, 4.7e-4 per element, verified as fp32-approx); exact: the erf GELU to 1.7e-6
+# (backends.mnn.lower.gelu), about 7 % slower on a ViT
+GELU_MODES = ("auto", "mnn", "exact")
 # The artifact precision recorded in the manifest (and the key of its verification tolerance).
 PRECISIONS = {"fp32": "fp32", "fp16": "fp16", "int8": "int8w", "int4": "int4w"}
 
@@ -40,11 +42,14 @@ class MnnOptions:
             (:mod:`backends.mnn.gptq_weights`) instead of to nearest. None: nearest rounding.
         calib_count: use the first N calibration samples (None: all).
         preprocess: ``--preprocess`` spec for image calibration data.
-        gelu: how the erf GELU is written: ``mnn`` (default: MNN's own UnaryOp GELU, what MNN's
-            converter writes; the tanh form, up to 4.7e-4 off per element, so the file is verified
-            as ``fp32-approx``, max rel 1e-3) or ``exact`` (a rational sigmoid chain, 1.7e-6 from
-            the erf GELU, verified as ``fp32``, 5-8 % slower on the erf-GELU transformers; see
-            :mod:`backends.mnn.lower.gelu`).
+        gelu: how the erf GELU is written: ``mnn`` (MNN's own UnaryOp GELU, what MNN's converter
+            writes; the tanh form, up to 4.7e-4 off per element, so the file is verified as
+            ``fp32-approx``, max rel 1e-3), ``exact`` (a rational sigmoid chain, 1.7e-6 from the erf
+            GELU, verified as ``fp32``, 5-8 % slower on the erf-GELU transformers; see
+            :mod:`backends.mnn.lower.gelu`) or ``auto`` (default: the emitter measures both files on
+            the compile inputs and writes ``mnn`` where its outputs stay within
+            :data:`backends.mnn.gelu_choice.GELU_AUTO_MAX_REL` of the exact file's, else
+            ``exact``; :func:`backends.mnn.writer.write_mnn` alone writes ``auto`` as ``exact``).
     """
 
     weights: str = "fp32"
@@ -57,7 +62,7 @@ class MnnOptions:
     calib: Path | None = None
     calib_count: int | None = None
     preprocess: str | None = None
-    gelu: str = "mnn"
+    gelu: str = "auto"
 
     def __post_init__(self) -> None:
         if self.gelu not in GELU_MODES:

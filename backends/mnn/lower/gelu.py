@@ -1,4 +1,4 @@
-"""Gelu (erf form) in MNN files: MNN's UnaryOp GELU (default) or, exact, a sigmoid of a rational function.
+"""Gelu (erf form) in MNN files: MNN's UnaryOp GELU or, exact, a sigmoid of a rational function.
 
     Gelu(x) = x * Phi(x),   Phi(x) = 1/2 * (1 + erf(x / sqrt(2)))
 
@@ -35,7 +35,8 @@ cheaper than SIGMOID + MUL, and as exact) against 0.71 for MNN's UnaryOp GELU, a
 model spends that difference (vit_tiny: 12 GELUs of 151k elements, about 4.5 ms of 50 ms), which
 no other op wins back (per-op profiles, ``benchmarks/mnn_op_profile.py``: Kiln's convolutions,
 attention loops, softmax and LayerNorm cost what the converter's do, its layout copies 10-30 %
-less): with the UnaryOp GELU in Kiln's file (``MnnOptions(gelu="mnn")``, the default since the
+less): with the UnaryOp GELU in Kiln's file (``MnnOptions(gelu="mnn")``, which the default
+``auto`` picks where the compile inputs show it safe, :mod:`backends.mnn.gelu_choice`, since the
 exact chain alone kept every erf-GELU file 5-8 % slower than the converter's; verified as
 ``fp32-approx``: max rel 1e-3) its latency is the converter's (0.985-0.997x of the converter's
 file on bert, distilbert, whisper, vit_tiny and hf_vit, 30 interleaved rounds, 1 thread, quiet
@@ -103,7 +104,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     fmt = Format.NC4HW4 if rows is not None else ctx.format_of(x_value)
     x = rows if rows is not None else ctx.tensor(x_value, fmt)
     name = ctx.op_name(node)
-    if ctx.options.gelu == "mnn":
+    if ctx.options.gelu == "mnn":  # "auto" unresolved (write_mnn alone): the exact chain
         _lower_mnn_gelu(ctx, node, x, rows, fmt)
         return
     c, a, b = gelu_partial_fractions()
