@@ -81,6 +81,9 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
         # N-D MatMuls by constant weights as MNN's fully connected conv (bias fused, input packed once)
         "matmul-to-gemm{image=1}",
         "normalize-gemm",
+        # normalize-gemm gives each Gemm its own copy of B; a weight tied across layers is one again
+        # (the MNN writer then stores it once, backends/mnn/lower/linear.py)
+        "deduplicate-constants",
         # x/2 (1 + erf(x/sqrt(2))) as one Gelu, which the MNN writer computes with vectorized kernels
         "mnn-fuse-gelu",
         # x / sqrt(mean(x^2) + eps) * w as one RMSNormalization (MNN's LayerNorm with useRMSNorm)

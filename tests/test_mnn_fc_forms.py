@@ -223,3 +223,32 @@ def test_fuse_conv_activation_takes_relu6_and_leaves_other_clips() -> None:
     assert fused is not None and fused.get("common").get("relu6") is True
     one = net(0.0, 1.0)
     assert fuse_conv_activation(one) == 0 and len(one.ops) == 3
+
+
+def test_a_weight_tied_across_layers_is_stored_once(tmp_path: Path) -> None:
+    """Two MatMuls and a Gemm reading one [16, 16] weight (tied layers; normalize-gemm's copies merge
+    again in deduplicate-constants): one Const of 256 values and three MatMuls, no Convolution
+    holding it; an untied layer keeps the conv form (must-not-fire). Against ORT within 1e-5."""
+    w, u = _r(16, 16, scale=0.25), _r(16, 16, scale=0.25)
+    model = _model(
+        [
+            oh.make_node("MatMul", ["x", "w"], ["a"]),
+            oh.make_node("MatMul", ["a", "w"], ["b"]),
+            oh.make_node("Gemm", ["b2", "w", "bias"], ["c"]),
+            oh.make_node("Reshape", ["b", "flat"], ["b2"]),
+            oh.make_node("MatMul", ["x", "u"], ["d"]),
+        ],
+        ["c", "d"],
+        {"w": w, "u": u, "bias": _r(16), "flat": np.array([12, 16], np.int64)},
+    )
+    types, mnn = _run(model, tmp_path)
+    assert types["MatMul"] == 3 and types["Convolution"] == 1
+    net = M.Net.GetRootAs(mnn.read_bytes(), 0)
+    sizes = []
+    for i in range(net.OplistsLength()):
+        op = net.Oplists(i)
+        if op.MainType() == M.OpParameter.Blob:
+            blob = M.Blob()
+            blob.Init(op.Main().Bytes, op.Main().Pos)
+            sizes.append(blob.Float32sLength())
+    assert sizes.count(256) == 1

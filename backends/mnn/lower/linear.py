@@ -13,6 +13,10 @@ reads A (attention's query, key and value), and the conv's output is kept as the
 the result (:meth:`LowerContext.rows_view`), which an elementwise lowering (Gelu) or the next fully
 connected layer reads without a layout copy; an unread NCHW copy is dropped.
 A MatMul of two variable tensors becomes MatMul (2-D) or BatchMatMul.
+A constant weight read by several layers (weights tied across layers, as deduplicate-constants
+leaves them) would be copied into each layer's Convolution; it is written once, as a Const, and
+each layer becomes Reshape -> MatMul(A [P, K], W) (+ bias) -> Reshape, MNN's converter's form
+(about 13 % slower per layer than the conv form, observed above, but one copy of the weight).
 The [P, K, 1, 1] conv form is also MNN 3.6.1's fastest fully connected kernel (observed, 1 thread,
 4 chained 192 -> 192 layers on 197 rows: 258 us per layer, against 271 for a [1, K, P, 1] conv and
 293-298 for a MatMul with a constant B, transposed or not; 128 -> 128 on 32 rows: 22.9, 22.7, 26-30).
@@ -106,6 +110,39 @@ def _float(node: Node) -> str | None:
     return None if node.output_types[0].dtype.is_float else "float tensors only"
 
 
+def tied_weight(graph: Graph, node: Node) -> bool:
+    """True when the node's constant weight (input 1) is read by another node too."""
+    b = graph.inputs_of(node)[1]
+    return b is not None and b.const is not None and len({n.id for n, _ in graph.users(b)}) > 1
+
+
+def _emit_tied(
+    ctx: LowerContext, node: Node, a_value: Value, b_value: Value, trans_b: bool, bias: np.ndarray | None
+) -> None:
+    """out = A @ B (B^T with ``trans_b``) (+ bias) with B one shared Const: Reshape, MatMul, Reshape."""
+    name = ctx.op_name(node)
+    value = ctx.graph.value(node)
+    a_shape = ctx.shape(a_value)
+    k = a_shape[-1]
+    rows = int(np.prod(a_shape[:-1], dtype=np.int64))
+    a = ctx.tensor(a_value, Format.NCHW)
+    flat = ctx.temp(f"{value.name}__in2d")
+    ctx.emit("Reshape", f"{name}__in2d", [a], [flat], reshape_table((rows, k)))
+    b = ctx.tensor(b_value, Format.NCHW)
+    param = Table("MatMul", {"T": fb.DataType.DT_FLOAT, "transposeA": False, "transposeB": bool(trans_b)})
+    prod = ctx.temp(f"{value.name}__mm")
+    ctx.emit("MatMul", name, [flat, b], [prod], param)
+    if bias is not None and np.any(bias):
+        from backends.mnn.lower.elementwise import binary_table
+
+        biased = ctx.temp(f"{value.name}__bias")
+        c = ctx.const_tensor(np.asarray(bias, np.float32), f"{value.name}__b")
+        ctx.emit("BinaryOp", f"{name}__bias", [prod, c], [biased], binary_table(fb.BinaryOpOperation.ADD))
+        prod = biased
+    out = ctx.define(value, Format.NCHW)
+    ctx.emit("Reshape", f"{name}__out", [prod], [out], reshape_table(ctx.shape(value)))
+
+
 # ------------------------------------------------------------------------ Gemm
 def _check_gemm(graph: Graph, node: Node) -> str | None:
     if (reason := _float(node)) is not None:
@@ -126,6 +163,10 @@ def _check_gemm(graph: Graph, node: Node) -> str | None:
     return None
 
 
+def _gemm_view(graph: Graph, node: Node) -> WeightView | None:
+    return None if tied_weight(graph, node) else gemm_weight(graph, node)
+
+
 def gemm_weight(graph: Graph, node: Node) -> WeightView:
     """Gemm (canonical: alpha = 1): rows = B^T ([N, K]; B as given when transB)."""
     b_value = graph.inputs_of(node)[1]
@@ -142,16 +183,18 @@ def gemm_weight(graph: Graph, node: Node) -> WeightView:
 
 def _lower_gemm(ctx: LowerContext, node: Node) -> None:
     ins = ctx.graph.inputs_of(node)
-    a_value = ins[0]
-    assert a_value is not None
-    view = gemm_weight(ctx.graph, node)
-    n = view.rows.shape[0]
+    a_value, b_value = ins[0], ins[1]
+    assert a_value is not None and b_value is not None
+    n = node.output_types[0].static_shape[-1]
     c_value = ins[2] if len(ins) > 2 else None
     bias = np.zeros(n, np.float32)
     if c_value is not None and c_value.const is not None:
         c = c_value.const.astype(np.float32).reshape(-1)
         bias = np.broadcast_to(c, (n,))
-    emit_fc(ctx, node, a_value, view, np.asarray(bias, np.float32))
+    if tied_weight(ctx.graph, node):
+        _emit_tied(ctx, node, a_value, b_value, bool(node.attrs.transB), np.asarray(bias, np.float32))
+        return
+    emit_fc(ctx, node, a_value, gemm_weight(ctx.graph, node), np.asarray(bias, np.float32))
 
 
 # ---------------------------------------------------------------------- MatMul
@@ -180,12 +223,17 @@ def matmul_weight(graph: Graph, node: Node) -> WeightView:
 
 def _matmul_view(graph: Graph, node: Node) -> WeightView | None:
     b_value = graph.inputs_of(node)[1]
-    return matmul_weight(graph, node) if b_value is not None and b_value.const is not None else None
+    if b_value is None or b_value.const is None or tied_weight(graph, node):
+        return None
+    return matmul_weight(graph, node)
 
 
 def _lower_matmul(ctx: LowerContext, node: Node) -> None:
     a_value, b_value = ctx.graph.inputs_of(node)
     assert a_value is not None and b_value is not None
+    if b_value.const is not None and tied_weight(ctx.graph, node):
+        _emit_tied(ctx, node, a_value, b_value, False, None)
+        return
     if b_value.const is not None:
         view = matmul_weight(ctx.graph, node)
         emit_fc(ctx, node, a_value, view, np.zeros(view.rows.shape[0], np.float32))
@@ -201,6 +249,6 @@ def _lower_matmul(ctx: LowerContext, node: Node) -> None:
 
 
 LOWERINGS: dict[str, Lowering] = {
-    "Gemm": Lowering(_lower_gemm, _check_gemm, gemm_weight),
+    "Gemm": Lowering(_lower_gemm, _check_gemm, _gemm_view),
     "MatMul": Lowering(_lower_matmul, _check_matmul, _matmul_view),
 }
