@@ -243,12 +243,5 @@ def test_a_weight_tied_across_layers_is_stored_once(tmp_path: Path) -> None:
     )
     types, mnn = _run(model, tmp_path)
     assert types["MatMul"] == 3 and types["Convolution"] == 1
-    net = M.Net.GetRootAs(mnn.read_bytes(), 0)
-    sizes = []
-    for i in range(net.OplistsLength()):
-        op = net.Oplists(i)
-        if op.MainType() == M.OpParameter.Blob:
-            blob = M.Blob()
-            blob.Init(op.Main().Bytes, op.Main().Pos)
-            sizes.append(blob.Float32sLength())
+    sizes = [blob.Float32sLength() for blob in _params(mnn, M.Blob, M.OpParameter.Blob)]  # type: ignore[attr-defined]
     assert sizes.count(256) == 1

@@ -79,8 +79,8 @@ def emit_mnn(
         plan = weight_plan(graph, mnn, plan_feeds(graph, options, mnn))
     from backends.mnn.gelu_choice import resolve_gelu
 
-    measure = mnn.gelu == "auto" and any(n.op == "Gelu" for n in graph.ops())
-    feeds = compile_feeds(graph, options) if measure else {}
+    has_gelu = any(n.op == "Gelu" for n in graph.ops())
+    feeds = compile_feeds(graph, options) if mnn.gelu == "auto" and has_gelu else {}
     mnn, gelu_record = resolve_gelu(graph, mnn, feeds, options.model.name, plan.storage)
     write_mnn(graph, out_dir / MODEL_FILE, mnn, options.model.name, storage=plan.storage)
     # Full int8 (--quantize int8): QDQ regions are written as MNN int8 casts (backends.mnn.lower.quant),
@@ -90,7 +90,7 @@ def emit_mnn(
     # MnnOptions(gelu="mnn"), or "auto" where it measured safe: MNN's own tanh-form GELU kernel is
     # not fp32-exact (backends.mnn.lower.gelu); a file that misses even fp32-approx names the exact form
     remedy = ""
-    if precision == "fp32" and mnn.gelu == "mnn" and any(n.op == "Gelu" for n in graph.ops()):
+    if precision == "fp32" and mnn.gelu == "mnn" and has_gelu:
         precision = "fp32-approx"
         remedy = "MNN's tanh-form GELU kernel (4.7e-4 per element); --mnn-gelu exact writes the erf GELU"
     # --quantize int4w/int8w: kiln::WeightOnlyMatMul's levels as they are (the coarser of the two wins)

@@ -29,6 +29,7 @@ import numpy as np
 from backends.mnn.layout import Format
 from backends.mnn.lower.context import LowerContext
 from backends.mnn.lower.conv import conv_common, emit_conv
+from backends.mnn.lower.elementwise import binary_table
 from backends.mnn.lower.registry import Lowering, WeightView
 from backends.mnn.model import Table
 from backends.mnn.weights import WeightStorage
@@ -133,8 +134,6 @@ def _emit_tied(
     prod = ctx.temp(f"{value.name}__mm")
     ctx.emit("MatMul", name, [flat, b], [prod], param)
     if bias is not None and np.any(bias):
-        from backends.mnn.lower.elementwise import binary_table
-
         biased = ctx.temp(f"{value.name}__bias")
         c = ctx.const_tensor(np.asarray(bias, np.float32), f"{value.name}__b")
         ctx.emit("BinaryOp", f"{name}__bias", [prod, c], [biased], binary_table(fb.BinaryOpOperation.ADD))

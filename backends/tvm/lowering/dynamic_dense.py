@@ -35,12 +35,14 @@ _MAX_ACCUMULATORS = 16  # vector registers the register tile may hold
 
 
 def pack_columns(w_kn: np.ndarray, block: int) -> np.ndarray:
-    """``w [K, N]`` -> ``Wp [ceil(N/B), K, B]``, ``Wp[c, k, j] = w[k, c*B + j]`` (zero padded)."""
+    """``w [K, N]`` -> ``Wp [ceil(N/B), K, B]``, ``Wp[c, k, j] = w[k, c*B + j]`` (zero padded): the
+    static dense kernel's packing (:func:`backends.tvm.kernels.dense.pack_dense_weight`) of w^T."""
+    from backends.tvm.kernels.dense import DenseSpec, pack_dense_weight
+
     k_ext, n_ext = w_kn.shape
-    chunks = -(-n_ext // block)
-    full = np.zeros((k_ext, chunks * block), np.float32)
-    full[:, :n_ext] = w_kn
-    return np.ascontiguousarray(full.reshape(k_ext, chunks, block).transpose(1, 0, 2))
+    return pack_dense_weight(
+        np.asarray(w_kn).T, DenseSpec(m=1, k=k_ext, n=n_ext, has_bias=False, block=block)
+    )
 
 
 def _compute(x: Any, wp: Any, b: Any | None, n_ext: int) -> Any:
