@@ -345,3 +345,45 @@ def test_a_failed_approximate_gelu_file_names_the_exact_form(
     assert code == 1 and (tmp_path / "out" / "manifest.json").exists()  # kept for inspection
     err = capsys.readouterr().err
     assert "verification failed" in err and "--mnn-gelu exact" in err
+
+
+def _amplified_and_plain_gelu() -> onnx.ModelProto:
+    """y = [10 (Gelu(x) - x), Gelu(x / 10)]: the first GELU's fast-kernel error is amplified (4.7e-3
+    relative, as in _amplified_gelu), the second's stays under 1e-5 (|x / 10| <= 0.35)."""
+    graph = oh.make_graph(
+        [
+            oh.make_node("Gelu", ["x"], ["g"], name="amplified_gelu"),
+            oh.make_node("Sub", ["g", "x"], ["d"]),
+            oh.make_node("Mul", ["d", "ten"], ["y1"]),
+            oh.make_node("Div", ["x", "ten"], ["x2"]),
+            oh.make_node("Gelu", ["x2"], ["g2"], name="plain_gelu"),
+            oh.make_node("Concat", ["y1", "g2"], ["y"], axis=1),
+        ],
+        "amplified_and_plain",
+        [oh.make_tensor_value_info("x", T.FLOAT, [1, 256])],
+        [oh.make_tensor_value_info("y", T.FLOAT, [1, 512])],
+        [onnx.numpy_helper.from_array(np.array(10.0, np.float32), "ten")],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 20)])
+
+
+def test_gelu_auto_keeps_only_the_sensitive_gelus_exact(tmp_path: Path) -> None:
+    """--mnn-gelu auto where the all-fast file misses 5e-4: each GELU is measured fast alone, and the
+    fewest most sensitive ones stay exact (here the amplified one); the rest use MNN's fast kernel.
+    The manifest records ``mixed`` with the exact node names and the chosen file's error."""
+    from compiler.cli import main
+
+    src, out = tmp_path / "two.onnx", tmp_path / "out"
+    onnx.save(_amplified_and_plain_gelu(), src)
+    np.savez(tmp_path / "x.npz", x=np.linspace(2.0, 3.5, 256, dtype=np.float32)[None])
+    args = ["compile", str(src), "-o", str(out), "--emit", "mnn", "--inputs", str(tmp_path / "x.npz")]
+    assert main(args) == 0
+    man = json.loads((out / "manifest.json").read_text())
+    (written,) = [a for a in man["artifacts"] if a["kind"] == "mnn"]
+    record = written["details"]["gelu"]
+    assert record["chosen"] == "mixed" and record["fast_nodes"] == 1
+    assert record["exact_nodes"] == ["amplified_gelu"]
+    assert record["max_rel_mnn_vs_exact"] > 1e-3 >= 5e-4 >= record["max_rel_chosen_vs_exact"]
+    assert _unary_kinds(out / "model.mnn").count(fb.UnaryOpOperation.GELU) == 1
+    (art,) = [a for a in man["verification"]["artifacts"] if a["kind"] == "mnn"]
+    assert art["precision"] == "fp32-approx" and art["passed"]

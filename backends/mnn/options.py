@@ -50,6 +50,8 @@ class MnnOptions:
             the compile inputs and writes ``mnn`` where its outputs stay within
             :data:`backends.mnn.gelu_choice.GELU_AUTO_MAX_REL` of the exact file's, else
             ``exact``; :func:`backends.mnn.writer.write_mnn` alone writes ``auto`` as ``exact``).
+        gelu_exact_nodes: with ``gelu="mnn"``, the Gelu nodes (by IR node name) still written as the
+            exact chain; ``auto`` sets it where only some GELUs are safe in the fast form.
     """
 
     weights: str = "fp32"
@@ -63,6 +65,7 @@ class MnnOptions:
     calib_count: int | None = None
     preprocess: str | None = None
     gelu: str = "auto"
+    gelu_exact_nodes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.gelu not in GELU_MODES:

@@ -104,7 +104,8 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     fmt = Format.NC4HW4 if rows is not None else ctx.format_of(x_value)
     x = rows if rows is not None else ctx.tensor(x_value, fmt)
     name = ctx.op_name(node)
-    if ctx.options.gelu == "mnn":  # "auto" unresolved (write_mnn alone): the exact chain
+    fast = ctx.options.gelu == "mnn" and node.name not in ctx.options.gelu_exact_nodes
+    if fast:  # "auto" unresolved (write_mnn alone): the exact chain
         _lower_mnn_gelu(ctx, node, x, rows, fmt)
         return
     c, a, b = gelu_partial_fractions()
