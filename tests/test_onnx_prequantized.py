@@ -487,10 +487,10 @@ def test_skip_layer_norm_outputs_and_gelus() -> None:
 # ------------------------------------------------------------------ refusals
 def test_unknown_contrib_op_is_one_refusal_naming_op_domain_and_node() -> None:
     x = np.zeros((2, 8), np.float32)
-    model, _ = _contrib("QuickGelu", [("x", x)])
-    with pytest.raises(UnsupportedOpsError, match=r"com\.microsoft::QuickGelu \(nodes 'n0'\)") as err:
+    model, _ = _contrib("BiasSplitGelu", [("x", x)])
+    with pytest.raises(UnsupportedOpsError, match=r"com\.microsoft::BiasSplitGelu \(nodes 'n0'\)") as err:
         load_onnx(model)
-    assert err.value.ops == {f"{MS}::QuickGelu": ["n0"]}
+    assert err.value.ops == {f"{MS}::BiasSplitGelu": ["n0"]}
 
 
 def test_attention_refusals_name_the_node() -> None:

@@ -78,7 +78,8 @@ def resolve_gelu(
             return max(agreement(got[k].reshape(ref[k].shape), ref[k]).max_rel for k in ref)
 
         worst = error(())
-        chosen, chosen_error, exact_nodes = fast, worst, ()
+        exact_nodes: tuple[str, ...] = ()
+        chosen, chosen_error = fast, worst
         if worst > GELU_AUTO_MAX_REL:
             chosen, chosen_error = exact, 0.0
             if len(gelus) > 1:

@@ -10,6 +10,7 @@ from frontends.onnx.converters import (  # noqa: F401  (registration side effect
     linalg,
     logic,
     normalization,
+    ort_fused,
     pooling,
     quantize,
     quantized,
