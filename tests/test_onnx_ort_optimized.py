@@ -291,3 +291,107 @@ def test_onnxruntime_optimized_zoo_model_compiles_and_matches(
         assert counts["MatMul"] + counts["Gemm"] >= held["FusedMatMul"]
     if "SimplifiedLayerNormalization" in held:
         assert counts["RMSNormalization"] == held["SimplifiedLayerNormalization"]
+
+
+# ------------------------------------------------------------------ EmbedLayerNormalization
+def _embed_case(
+    segments: bool, mask: bool, position_ids: tuple[int, int] | None
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """EmbedLayerNormalization on B=2, S=5, H=8 with constant tables; the int32 feeds."""
+    b, s, h, vocab = 2, 5, 8, 11
+    feeds = {"ids": RNG.integers(0, vocab, (b, s)).astype(np.int32)}
+    ins = ["ids", "seg" if segments else "", "word", "pos", "segtab" if segments else "", "gamma", "beta"]
+    if segments:
+        feeds["seg"] = RNG.integers(0, 2, (b, s)).astype(np.int32)
+    if mask:
+        feeds["mask"] = np.array([[1, 1, 1, 0, 0], [1, 0, 1, 1, 2]], np.int32)  # a 2 is not counted
+    if position_ids is not None:
+        feeds["pid"] = RNG.integers(0, 7, position_ids).astype(np.int32)
+    ins += ["mask" if mask else "", "pid" if position_ids else ""]
+    while not ins[-1]:
+        ins.pop()
+    tables = {
+        "word": _rand(vocab, h),
+        "pos": _rand(7, h),
+        "segtab": _rand(2, h),
+        "gamma": _rand(h),
+        "beta": _rand(h),
+    }
+    node = helper.make_node("EmbedLayerNormalization", ins, ["Y", "mask_index", "E"], domain=MS, epsilon=1e-5)
+    graph = helper.make_graph(
+        [node],
+        "embed",
+        [helper.make_tensor_value_info(k, TensorProto.INT32, v.shape) for k, v in feeds.items()],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("mask_index", TensorProto.INT32, None),
+            helper.make_tensor_value_info("E", TensorProto.FLOAT, None),
+        ],
+        [onnx.numpy_helper.from_array(v, k) for k, v in tables.items() if k in ins],
+    )
+    ops = [helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    return helper.make_model(graph, opset_imports=ops, ir_version=8), feeds
+
+
+@pytest.mark.parametrize(
+    ("segments", "mask", "position_ids"),
+    [(True, True, None), (False, False, None), (False, True, (2, 5)), (True, False, (1, 5))],
+)
+def test_embed_layer_norm_gathers_sums_and_normalizes(
+    segments: bool, mask: bool, position_ids: tuple[int, int] | None
+) -> None:
+    model, feeds = _embed_case(segments, mask, position_ids)
+    want = ort_session(model).run(None, feeds)
+    graph = load_onnx(model)
+    got = run_graph(graph, feeds)
+    ran = ort_session(model_bytes(export_onnx(graph))).run(None, feeds)
+    for i, out in enumerate(graph.outputs):
+        tol = 0 if want[i].dtype.kind == "i" else OP_ATOL
+        assert_close(
+            got[out.name], want[i], rtol=OP_RTOL if tol else 0, atol=tol, what=f"{out.name} (interpreter)"
+        )
+        assert_close(ran[i], want[i], rtol=OP_RTOL if tol else 0, atol=tol, what=f"{out.name} (export)")
+    counts = op_counts(graph)
+    gathers = 1 + int(segments) + int(position_ids is not None)  # position[0..S-1] folds to a constant
+    assert counts["LayerNormalization"] == 1 and counts["Gather"] == gathers
+    assert counts["ReduceSum"] == int(mask)
+
+
+TRANSFORMER_OPTIMIZER_CASES = {
+    # model: (model_type, heads, hidden, onnxruntime's fused ops the optimized file must hold)
+    "distilbert": (
+        "bert",
+        4,
+        128,
+        {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization", "BiasGelu"},
+    ),
+    "gpt2": ("gpt2", 4, 128, {"SkipLayerNormalization", "FastGelu"}),
+    "llama": ("gpt2", 4, 128, {"SkipSimplifiedLayerNormalization"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMER_OPTIMIZER_CASES))
+def test_onnxruntime_transformer_optimizer_output_compiles_and_matches(
+    name: str,
+    zoo: ZooCache,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    model_type, heads, hidden, fused_ops = TRANSFORMER_OPTIMIZER_CASES[name]
+    m = zoo.get(name)
+    opt = optimize_model(
+        str(m.model), model_type=model_type, num_heads=heads, hidden_size=hidden, opt_level=0
+    )
+    opt.save_model_to_file(str(tmp_path / "optimized.onnx"))  # as users get it: with the com.microsoft opset
+    optimized = onnx.load(tmp_path / "optimized.onnx")
+    held = Counter(n.op_type for n in optimized.graph.node if n.domain == MS)
+    assert fused_ops <= set(held), held
+    feeds = dict(np.load(m.inputs))
+    want = ort_session(onnx.load(m.model)).run(None, feeds)
+    graph, counts = _after_pipeline(optimized)
+    assert not [op for op in counts if op.startswith(MS)], counts
+    got = ort_session(model_bytes(export_onnx(graph))).run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        err = float(np.max(np.abs(g - w))) / max(1.0, float(np.max(np.abs(w))))
+        assert err <= ZOO_MAX_REL, f"{name}: max rel {err:.3g}"

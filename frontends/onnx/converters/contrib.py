@@ -4,6 +4,10 @@
   FastGelu(x[, b]) = gelu_tanh(x + b) = 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)));
 * SkipLayerNormalization(x, skip, γ[, β[, bias]]): s = x + skip (+ bias),
   y = LayerNorm(s, γ, β; last axis, epsilon); outputs y, mean, 1/σ, s;
+* EmbedLayerNormalization(ids, segment_ids, word, position, segment, γ, β[, mask[, position_ids]]):
+  e = word[ids] + position[position_ids, else 0..S-1] + segment[segment_ids] (when both are given),
+  y = LayerNorm(e, γ, β; last axis, epsilon); outputs y, mask_index = #{s : mask[b, s] = 1}
+  per row (int32 [B], zeros without a mask, as onnxruntime counts), e;
 * Attention(x, W[, b[, mask_index[, past[, attention_bias]]]]) with N heads:
   Q, K, V = split(x W + b) (``qkv_hidden_sizes``, else equal thirds), each [B, N, S, h];
   P = softmax(scale Q Kᵀ + M + attention_bias) with scale = 1/√h unless set, and
@@ -81,6 +85,48 @@ def skip_layer_normalization(ctx: NodeContext) -> list[Value | None]:
         ctx.graph.rename(s, ctx.proto.output[3])
         outs.append(s)
     return outs[:n]
+
+
+@converter(
+    "EmbedLayerNormalization",
+    since=1,
+    domain=MS,
+    needs=("Gather", "Add", "LayerNormalization", "Equal", "Cast", "ReduceSum"),
+)
+def embed_layer_normalization(ctx: NodeContext) -> list[Value | None]:
+    """LayerNorm(word[ids] + position[pos] + segment[seg]); mask_index counts each row's ones."""
+    eps = float(ctx.pop("epsilon", 1e-12))
+    ctx.pop("mask_index_type")  # onnxruntime computes mask_index either way
+    ids = ctx.require(0)
+    batch, seq = _static(ctx, 0, 2, "input_ids")
+    positions = ctx.input(8)
+    if positions is None:
+        positions = ctx.constant(np.arange(seq, dtype=np.int32), "position_ids")
+    e = _op(
+        ctx,
+        "Add",
+        [_op(ctx, "Gather", [ctx.require(2), ids]), _op(ctx, "Gather", [ctx.require(3), positions])],
+    )
+    if ctx.input(1) is not None and ctx.input(4) is not None:
+        e = _op(ctx, "Add", [e, _op(ctx, "Gather", [ctx.require(4), ctx.require(1)])])
+    y = ctx.emit(
+        "LayerNormalization", [e, ctx.require(5), ctx.require(6)], {"axis": -1, "epsilon": eps}, num_outputs=1
+    )
+    outs: list[Value | None] = [y[0]] + [None] * (ctx.num_outputs - 1)
+    if ctx.num_outputs > 1 and ctx.proto.output[1]:
+        mask = ctx.input(7)
+        if mask is None:
+            count = ctx.constant(np.zeros(batch, np.int32), "mask_index")
+        else:
+            ones = _op(ctx, "Equal", [mask, ctx.constant(np.ones((), mask.type.dtype.numpy), "one")])
+            as_int = _op(ctx, "Cast", [ones], {"to": int(DType.INT32)})
+            count = _op(ctx, "ReduceSum", [as_int, ctx.ints([1], "seq_axis")], {"keepdims": 0})
+        ctx.graph.rename(count, ctx.proto.output[1])
+        outs[1] = count
+    if ctx.num_outputs > 2 and ctx.proto.output[2]:
+        ctx.graph.rename(e, ctx.proto.output[2])
+        outs[2] = e
+    return outs
 
 
 def _static(ctx: NodeContext, port: int, rank: int, what: str) -> tuple[int, ...]:
