@@ -1,5 +1,5 @@
 """Ops the MNN writer hands to MNN's own kernels: LSTM / RNN, ScatterND, LayerNorm, plus the Gelu
-and LogSoftmax decompositions, each against onnxruntime in MNN 3.6.1's runtime.
+and LogSoftmax decompositions, int32 reductions, each against onnxruntime in MNN 3.6.1's runtime.
 
 MNN's per-op callback (``tests.helpers.mnn_callback``) shows what the runtime executes: a
 LayerNorm or a UnaryOp runs as itself; an LSTM / RNN / ScatterNd runs as the ``While`` loops
@@ -308,3 +308,23 @@ def test_gelu_tanh_is_decomposed_and_accurate(tmp_path: Path) -> None:
     mnn, got, ref = _compile_and_run(model, {"x": _GELU_X}, tmp_path, legalize=True)
     assert "Gelu" not in mnn_op_types(mnn)
     assert np.abs(got["y"] - ref["y"]).max() <= 1e-5
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"])
+def test_int32_reductions_run_as_mnn_int_reductions(op: str, tmp_path: Path) -> None:
+    """An int32 reduction (an attention mask's row count) is MNN's Reduction with dType int32:
+    exact against onnxruntime, integer mean truncating toward zero as both do."""
+    x = np.random.default_rng(3).integers(-7, 8, (2, 5, 3)).astype(np.int32)
+    x[0, :2, 0] = -1  # a mean of -0.4 truncates to 0
+    node = oh.make_node(op, ["x", "axes"], ["y"], keepdims=0)
+    graph = oh.make_graph(
+        [node],
+        "g",
+        [oh.make_tensor_value_info("x", T.INT32, [2, 5, 3])],
+        [oh.make_tensor_value_info("y", T.INT32, None)],
+        [onnx.numpy_helper.from_array(np.array([1], np.int64), "axes")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)])
+    mnn, got, ref = _compile_and_run(model, {"x": x}, tmp_path)
+    np.testing.assert_array_equal(got["y"].reshape(ref["y"].shape), ref["y"])
+    assert [t for t, _ in executed_ops(mnn, {"x": x})] == ["Reduction"]

@@ -17,6 +17,7 @@ from backends.mnn.lower.context import LowerContext
 from backends.mnn.lower.registry import Lowering
 from backends.mnn.model import Table
 from compiler.ir.graph import Graph, Node
+from compiler.ir.types import DType
 from compiler.ops.pooling import pool_geometry
 from compiler.ops.shapes import normalize_axes, resolve_pads, window_params
 from schemas.mnn.schema import fb
@@ -115,7 +116,8 @@ def _axes(graph: Graph, node: Node) -> list[int] | None:
 def _check_reduce(graph: Graph, node: Node) -> str | None:
     if _axes(graph, node) is None:
         return "axes must be constant"
-    return None if node.output_types[0].dtype.is_float else "float tensors only"
+    dt = node.output_types[0].dtype
+    return None if dt.is_float or dt == DType.INT32 else "float and int32 tensors only"
 
 
 def _lower_reduce(ctx: LowerContext, node: Node) -> None:
@@ -139,7 +141,7 @@ def _lower_reduce(ctx: LowerContext, node: Node) -> None:
             "operation": REDUCTIONS[node.op],
             "dim": np.asarray(axes, np.int32),
             "keepDims": bool(node.attrs.keepdims),
-            "dType": fb.DataType.DT_FLOAT,
+            "dType": fb.DataType.DT_FLOAT if value.type.dtype.is_float else fb.DataType.DT_INT32,
         },
         force=frozenset({"operation", "keepDims"}),
     )
