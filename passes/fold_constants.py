@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.errors import ConversionError
 from compiler.ir.graph import CONSTANT_OP, INPUT_OP, Graph, Node
 from compiler.ops.registry import QuantPolicy, get_op
 from compiler.pass_infra import Pass, PassContext, register_pass
@@ -106,7 +107,14 @@ class FoldConstants(Pass):
                 if why is not None:
                     continue
                 args = [None if v is None else v.const for v in graph.inputs_of(node)]
-                outs = get_op(node.op, node.domain).reference(args, node.attrs, node.num_outputs)
+                try:
+                    with np.errstate(all="ignore"):  # inf / nan results are IEEE's, as every runtime's
+                        outs = get_op(node.op, node.domain).reference(args, node.attrs, node.num_outputs)
+                except IndexError as exc:  # constant indices out of range: the model is wrong
+                    label = node.name or node.output_names[0]
+                    raise ConversionError(
+                        f"node '{label}' ({node.qualified_op}): {exc} on its constant inputs"
+                    ) from None
                 new = [
                     rw.const(np.asarray(a).astype(t.dtype.numpy, copy=False), name=f"{nm}_const")
                     for a, t, nm in zip(outs, node.output_types, node.output_names, strict=True)

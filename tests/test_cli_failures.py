@@ -160,3 +160,36 @@ def test_dynamic_input_without_samples_still_asks_for_a_shape(
     err = capsys.readouterr().err
     assert "--input-shape x=" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_constant_gather_out_of_range_is_a_model_error_naming_the_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Constant indices outside the table (a broken model; onnxruntime refuses it at run time) are
+    exit 2 naming the node, not an internal error from constant folding; nothing is written."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.zeros((32, 4), np.float32), "table")
+    idx = numpy_helper.from_array(np.array([3, 40], np.int64), "idx")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "idx"], ["g"], name="bias_gather"),
+            helper.make_node("Add", ["x", "g"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [table, idx],
+    )
+    path = tmp_path / "broken.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    out = tmp_path / "o"
+    assert kiln("compile", path, "-o", out, "--no-verify") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        err[-1]
+        == "kiln: error: node 'bias_gather' (Gather): indices out of range [-32, 31] on its constant inputs"
+    )
+    assert not out.exists()

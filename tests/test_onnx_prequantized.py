@@ -255,6 +255,12 @@ def _qlinear_cases() -> list[Any]:
         ("QLinearConcat", [("ys", _f(0.06)), ("yz", _z(127)), *aq, *bq], {"axis": 1}),
         ("QLinearGlobalAveragePool", gap, {}),
         ("QLinearGlobalAveragePool", gap, {"channels_last": 1}),
+        ("QLinearAveragePool", gap, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ("QLinearAveragePool", gap, {"kernel_shape": [2, 2], "count_include_pad": 1, "pads": [0, 0, 1, 1]}),
+        ("QLinearAveragePool", gap, {"kernel_shape": [2, 3], "channels_last": 1, "ceil_mode": 1}),
+        ("QLinearSoftmax", aq + [("ys", _f(1 / 256)), ("yz", _z(0))], {"axis": -1, "opset": 13}),
+        ("QLinearSoftmax", aq + [("ys", _f(1 / 256)), ("yz", _z(0))], {"axis": 1, "opset": 13}),
+        ("QLinearSoftmax", aq + [("ys", _f(1 / 256)), ("yz", _z(0))], {"axis": 2, "opset": 11}),
     ]
 
 

@@ -6,8 +6,9 @@ With dq(q; s, z) = (q - z) s and q(y; s, z) = saturate(round_half_even(y / s) + 
   dq(B; s_x s_w, axis 0)); s_y, z_y), and QLinearMatMul / com.microsoft QGemm likewise
   (per-column weight scales on B's output axis; QGemm's alpha scales the bias too:
   alpha ((A - z_a)(B - z_b) + C) s_a s_b, so Gemm gets beta = alpha; no y_scale: float out);
-* com.microsoft QLinearAdd/Mul/Concat/Sigmoid/LeakyRelu/GlobalAveragePool:
-  q(op(dq(inputs)); s_y, z_y);
+* com.microsoft QLinearAdd/Mul/Concat/Sigmoid/LeakyRelu/GlobalAveragePool/AveragePool/Softmax:
+  q(op(dq(inputs)); s_y, z_y) (``channels_last`` pools run on NHWC through transposes; Softmax's
+  ``opset`` below 13 is the 2-D-coerced softmax of those opsets);
 * MatMulInteger(a, b, z_a, z_b) = (a - z_a) @ (b - z_b) in int32, expressed as
   cast_int32(dq(a; 1, z_a) @ dq(b; 1, z_b)): exact in float32 while every partial sum is an
   integer below 2^24, i.e. max|a - z_a| * max_n sum_k |b_kn - z_b| <= 2^24 (with a constant b;
@@ -32,6 +33,7 @@ import numpy as np
 
 from compiler.ir.graph import Value
 from compiler.ir.types import DType
+from compiler.ops.shapes import normalize_axis
 from frontends.onnx.converter import NodeContext, converter
 
 __all__ = ["EXACT_F32_LIMIT"]
@@ -161,6 +163,54 @@ def qlinear_global_average_pool(ctx: NodeContext) -> list[Value]:
         y = ctx.emit("ReduceMean", [x, ctx.ints(range(1, rank - 1), "axes")], final=False)[0]
     else:
         y = ctx.emit("GlobalAveragePool", [x], final=False)[0]
+    return [_q(ctx, y, ctx.input(3), ctx.input(4))]
+
+
+def _nhwc_to_nchw(ctx: NodeContext, x: Value, inverse: bool) -> Value:
+    rank = len(x.type.shape or ())
+    if rank < 3:
+        raise ctx.fail(f"channels_last input must have rank >= 3, got {x.type.shape}")
+    perm = (0, rank - 1, *range(1, rank - 1)) if not inverse else (0, *range(2, rank), 1)
+    return ctx.emit("Transpose", [x], {"perm": perm}, final=False)[0]
+
+
+@converter("QLinearAveragePool", since=1, domain=MS, needs=(*_QDQ, "AveragePool", "Transpose"))
+def qlinear_average_pool(ctx: NodeContext) -> list[Value]:
+    """q(AveragePool(dq(x))); ``channels_last`` means NHWC in and out."""
+    _per_tensor(ctx, 1, 2, 3, 4)
+    nhwc = bool(int(ctx.pop("channels_last", 0)))
+    x = _dq(ctx, ctx.require(0), ctx.input(1), ctx.input(2))
+    if nhwc:
+        x = _nhwc_to_nchw(ctx, x, inverse=False)
+    y = ctx.emit("AveragePool", [x], ctx.rest(), final=False)[0]
+    if nhwc:
+        y = _nhwc_to_nchw(ctx, y, inverse=True)
+    return [_q(ctx, y, ctx.input(3), ctx.input(4))]
+
+
+@converter("QLinearSoftmax", since=1, domain=MS, needs=(*_QDQ, "Softmax", "Flatten", "Reshape"))
+def qlinear_softmax(ctx: NodeContext) -> list[Value]:
+    """q(softmax(dq(x)) along ``axis``); ``opset`` < 13: softmax over the flattened [axis, rank)."""
+    _per_tensor(ctx, 1, 2, 3, 4)
+    opset = int(ctx.pop("opset", 13))
+    x = _dq(ctx, ctx.require(0), ctx.input(1), ctx.input(2))
+    shape = x.type.shape
+    if shape is None:
+        raise ctx.fail("the input rank must be known")
+    try:
+        axis = normalize_axis(int(ctx.pop("axis", -1 if opset >= 13 else 1)), max(len(shape), 1), ctx.where)
+    except ValueError as exc:
+        raise ctx.fail(str(exc)) from None
+    if opset >= 13 or axis >= len(shape) - 1:
+        y = ctx.emit("Softmax", [x], {"axis": axis}, final=False)[0]
+    else:
+        if not x.type.is_static:
+            raise ctx.fail(
+                f"opset {opset} softmax over axes [{axis}, rank) needs a static shape, got {shape}"
+            )
+        flat = ctx.emit("Flatten", [x], {"axis": axis}, final=False)[0]
+        y = ctx.emit("Softmax", [flat], {"axis": -1}, final=False)[0]
+        y = ctx.emit("Reshape", [y, ctx.ints(x.type.static_shape, "shape")], final=False)[0]
     return [_q(ctx, y, ctx.input(3), ctx.input(4))]
 
 
