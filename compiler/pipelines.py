@@ -23,12 +23,13 @@ __all__ = [
     "quantization_pipeline",
 ]
 
-_BATCHNORM = FixedPoint(
-    ("fold-batchnorm", "fold-constants", "eliminate-dead-nodes"), max_steps=8, name="batchnorm"
-)
+# The optimize pipelines keep dq(W_q) of a quantized source as a node (its integer weights reach the
+# backends' integer forms and the ONNX artifact), fold-constants{dequantize=0}
+_FOLD = "fold-constants{dequantize=0}"
+_BATCHNORM = FixedPoint(("fold-batchnorm", _FOLD, "eliminate-dead-nodes"), max_steps=8, name="batchnorm")
 _CLEANUP = FixedPoint(
     (
-        "fold-constants",
+        _FOLD,
         "inline-constant-if",
         "deduplicate-constants",
         "eliminate-identities",
@@ -78,6 +79,8 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
     # weight-only int8/int4 weights with --calib (a pass of the MNN backend's, registered with it)
     "legalize-mnn": [
         "fuse-quantized-ops{depthwise=0,float_out=0,gemm=0}",
+        # the dq(W_q) left (depthwise convs, Gemms) read as float weights by MNN's float ops
+        "fold-constants{only_dequantize=1}",
         # N-D MatMuls by constant weights as MNN's fully connected conv (bias fused, input packed once)
         "matmul-to-gemm{image=1}",
         "normalize-gemm",

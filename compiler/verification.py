@@ -154,6 +154,7 @@ class ArtifactCheck:
     precision: str
     tolerance: Tolerance
     outputs: list[OutputCheck] = field(default_factory=list)
+    runtime: str | None = None  # the evaluation judged, when not the artifact runtime's default
 
     @property
     def passed(self) -> bool:
@@ -183,6 +184,7 @@ class ArtifactCheck:
                 ),
             },
             "passed": self.passed,
+            **({"runtime": self.runtime} if self.runtime else {}),
             "outputs": [o.as_dict() for o in self.outputs],
         }
 

@@ -12,6 +12,11 @@ computed at run time (ConViT's relative-position grid: ScatterND of expanded iot
 zeros, then pos_proj); folded, it is stored once, the linear op folds or reads a constant
 weight quantized per channel, instead of an activation on one per-tensor grid. The
 max_elements cap still holds on that path.
+
+With ``dequantize=0`` a DequantizeLinear of an integer constant stays a node: dq(W_q) of a model
+that arrives quantized (QDQ, or QOperator lifted to QDQ) keeps its integer weights through the
+optimize pipelines, for the backends' integer forms (fuse-quantized-ops) and the ONNX artifact;
+``only_dequantize=1`` folds those alone (a backend's dq(W_q) left to float ops after its fusions).
 """
 
 from __future__ import annotations
@@ -60,6 +65,14 @@ def weight_operand_cone(graph: Graph) -> set[int]:
     return cone
 
 
+def _dequantizes_integers(graph: Graph, node: Node) -> bool:
+    """``node`` is a DequantizeLinear of integer levels (not of a float8 or float tensor)."""
+    if node.op != "DequantizeLinear" or node.domain:
+        return False
+    x = graph.inputs_of(node)[0]
+    return x is not None and x.type.dtype.numpy.kind in "iu"
+
+
 def fold_reason(
     graph: Graph, node: Node, max_elements: int, max_growth: float, *, weight_operand: bool = False
 ) -> str | None:
@@ -94,6 +107,8 @@ class FoldConstants(Pass):
     name = "fold-constants"
     max_elements: int = 1 << 22
     max_growth: float = 4.0
+    dequantize: bool = True  # fold DequantizeLinear of integer constants too
+    only_dequantize: bool = False  # fold nothing else (a backend's leftover dq(W_q) after its fusions)
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         cone = weight_operand_cone(graph)
@@ -104,7 +119,8 @@ class FoldConstants(Pass):
                 why = fold_reason(
                     graph, node, self.max_elements, self.max_growth, weight_operand=node.id in cone
                 )
-                if why is not None:
+                dq = _dequantizes_integers(graph, node)
+                if why is not None or (dq and not self.dequantize) or (self.only_dequantize and not dq):
                     continue
                 args = [None if v is None else v.const for v in graph.inputs_of(node)]
                 try:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import (
     CalibrationDataReader,
     QuantFormat,
@@ -40,6 +40,8 @@ from onnxruntime.quantization import (
 from compiler.errors import ConversionError, UnsupportedOpsError
 from compiler.ir import run_graph
 from compiler.onnx_export import export_onnx, model_bytes
+from compiler.pipelines import pipeline
+from compiler.runners import run_onnxruntime
 from frontends.onnx import load_onnx
 from tests.helpers.conformance import ort_session
 from tests.helpers.numerics import assert_close
@@ -175,6 +177,45 @@ def test_quantize_static_qoperator_cnn(tmp_path: Path, per_channel: bool, act: Q
     feeds = {"x": np.random.default_rng(2).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)}
     step = _output_scale(model)
     _check(model, feeds, [step * LSB * (1 + 1e-6)] + [LSB] * len(inner))
+
+
+def test_default_pipeline_keeps_the_integer_weights_of_a_quantized_source(tmp_path: Path) -> None:
+    """dq(W_q) stays a node through the optimize pipeline (fold-constants{dequantize=0}): the ONNX
+    artifact holds int8 weights (no bigger than the source), and onnxruntime, fusing its QDQ back
+    into integer kernels, computes exactly what it computes on the QOperator source."""
+    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_q.onnx"
+    onnx.save(cnn_model(), src)
+    quantize_static(
+        str(src),
+        str(dst),
+        _Reader(1),
+        quant_format=QuantFormat.QOperator,
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+        reduce_range=True,
+    )
+    graph = load_onnx(onnx.load(dst))
+    run_passes(graph, pipeline("default"))
+    weights = [
+        n for n in graph.ops() if n.op == "DequantizeLinear" and graph.inputs_of(n)[0].const is not None
+    ]
+    assert sum(graph.inputs_of(n)[0].type.dtype.numpy == np.int8 for n in weights) == 4  # 3 convs, 1 gemm
+    exported = export_onnx(graph)
+    data = model_bytes(exported)
+
+    def int8_bytes(m: onnx.ModelProto) -> int:
+        return sum(len(t.raw_data) for t in m.graph.initializer if t.data_type == TensorProto.INT8)
+
+    assert int8_bytes(exported) >= int8_bytes(onnx.load(dst)) > 0  # every weight stays int8,
+    assert not [
+        t.name for t in exported.graph.initializer if t.data_type == TensorProto.FLOAT and len(t.dims) == 4
+    ]
+    feeds = {"x": np.random.default_rng(5).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)}
+    want = run_onnxruntime(dst, feeds)
+    got = run_onnxruntime(data, feeds, optimized=True)
+    assert sorted(got) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
 
 
 @pytest.mark.parametrize("weight", [QuantType.QInt8, QuantType.QUInt8], ids=["s8", "u8"])
