@@ -79,7 +79,10 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
     # weight-only int8/int4 weights with --calib (a pass of the MNN backend's, registered with it)
     "legalize-mnn": [
         "fuse-quantized-ops{depthwise=0,float_out=0,gemm=0}",
-        # the dq(W_q) left (depthwise convs, Gemms) read as float weights by MNN's float ops
+        # the dq(W_q) left (depthwise convs, Gemms) read as float weights by MNN's float ops; a
+        # gathered int8 table (a quantized embedding) is a gathered float one: MNN's dq marks its
+        # input's grid, which only MNN's own quantize ops give
+        "dequantize-moves",
         "fold-constants{only_dequantize=1}",
         # N-D MatMuls by constant weights as MNN's fully connected conv (bias fused, input packed once)
         "matmul-to-gemm{image=1}",
@@ -98,6 +101,9 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
     # CANN's int8 convs and Gemms (AscendQuant -> Conv2D/FullyConnection -> AscendDequant, float output
     # included); MatMul stays QDQ, as FullyConnection reads 2-D data (backends/cann/lower_quant.py)
     "legalize-cann": [
+        # int8 tensors that only move (a QOperator attention's reshaped Q, K, V; a flattened pool) move
+        # in float: Ascend's int8 data may only be read by AscendDequant and its int8 ops
+        "dequantize-moves{activations=1}",
         "fuse-quantized-ops{matmul=0}",
         "normalize-gemm",
         "decompose{backend=cann}",
