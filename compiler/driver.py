@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from compiler.backend import Artifact, Request, resolve_emit, resolve_target
-from compiler.errors import VerificationFailed, internal_errors
+from compiler.errors import KilnError, ModelFileError, VerificationFailed, internal_errors
 from compiler.input_spec import check_inputs, load_inputs, random_graph_inputs, sample_shapes
 from compiler.instruments import PassTiming
 from compiler.ir.graph import Graph
@@ -101,7 +101,16 @@ def reference_outputs(
     outputs MegEngine computed, in tests/test_megengine_frontend.py.)
     """
     if fmt == "onnx":
-        return "onnxruntime", run_onnxruntime(model, feeds)
+        try:
+            return "onnxruntime", run_onnxruntime(model, feeds)
+        except KilnError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's run errors are private types
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ModelFileError(
+                f"{model.name}: onnxruntime cannot run the source model on the verification inputs "
+                f"({first}); --no-verify skips the check"
+            ) from None
     if fmt == "megengine":
         from compiler.onnx_export import export_onnx, model_bytes
 

@@ -97,7 +97,7 @@ def run_onnxruntime(
     so = ort.SessionOptions()
     level = ort.GraphOptimizationLevel
     so.graph_optimization_level = level.ORT_ENABLE_ALL if optimized else level.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # fatal only: Kiln reports onnxruntime's errors in its own one line
     src = path if isinstance(path, bytes) else str(path)
     try:
         sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])

@@ -193,3 +193,32 @@ def test_constant_gather_out_of_range_is_a_model_error_naming_the_node(
         == "kiln: error: node 'bias_gather' (Gather): indices out of range [-32, 31] on its constant inputs"
     )
     assert not out.exists()
+
+
+def test_source_model_that_onnxruntime_cannot_run_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reference run failing on the source (here an index past the table in --inputs) is the
+    model's or the inputs' fault: one line naming the file and onnxruntime's reason, exit 2."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(np.zeros((8, 4), np.float32), "table")],
+    )
+    path = tmp_path / "lookup.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    np.savez(tmp_path / "ids.npz", ids=np.array([1, 40], np.int64))
+    out = tmp_path / "o"
+    assert kiln("compile", path, "-o", out, "--inputs", tmp_path / "ids.npz") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "kiln: error: lookup.onnx: onnxruntime cannot run the source model on the verification inputs ("
+    )
+    assert err.endswith("; --no-verify skips the check\n") and err.count("\n") == 1
+    assert not out.exists()
