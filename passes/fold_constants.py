@@ -66,11 +66,15 @@ def weight_operand_cone(graph: Graph) -> set[int]:
 
 
 def _dequantizes_integers(graph: Graph, node: Node) -> bool:
-    """``node`` is a DequantizeLinear of integer levels (not of a float8 or float tensor)."""
+    """``node`` is a DequantizeLinear of integer levels (not of a float8 or float tensor) that no
+    QuantizeLinear reads (q(dq(c)), a requantized constant, as a tied bias is, folds whole)."""
     if node.op != "DequantizeLinear" or node.domain:
         return False
     x = graph.inputs_of(node)[0]
-    return x is not None and x.type.dtype.numpy.kind in "iu"
+    if x is None or x.type.dtype.numpy.kind not in "iu":
+        return False
+    readers = [u for out in graph.outputs_of(node) for u, _ in graph.users(out)]
+    return not any(u.op == "QuantizeLinear" and not u.domain for u in readers)
 
 
 def fold_reason(

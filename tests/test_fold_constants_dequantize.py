@@ -72,3 +72,36 @@ def test_default_pipeline_keeps_dq_of_integer_weights() -> None:
     graph = load_onnx(_model())
     run_passes(graph, pipeline("default"))
     assert op_counts(graph)["DequantizeLinear"] == 1
+
+
+def test_a_requantized_constant_folds_whole() -> None:
+    """q(dq(c_q)) (a tied bias that onnxruntime's quantizer quantizes again) folds with
+    dequantize=0: a dq that a QuantizeLinear reads is not kept, so q(dq(c_q)) becomes levels."""
+    rng = np.random.default_rng(4)
+    inits = [
+        numpy_helper.from_array(rng.integers(-100, 100, (8,)).astype(np.int8), "bq"),
+        numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+        numpy_helper.from_array(np.array(0.03, np.float32), "s2"),
+        numpy_helper.from_array(np.array(5, np.int8), "z2"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["bq", "s"], ["b"]),
+        helper.make_node("Add", ["x", "b"], ["h"]),
+        helper.make_node("QuantizeLinear", ["b", "s2", "z2"], ["b2q"]),
+        helper.make_node("DequantizeLinear", ["b2q", "s2", "z2"], ["b2"]),
+        helper.make_node("Add", ["h", "b2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.random.default_rng(5).normal(0, 1, (2, 8)).astype(np.float32)}
+    g = assert_pass_matches_ort(
+        model, ["fold-constants{dequantize=0}", "eliminate-dead-nodes"], feeds, max_rel=1e-6
+    )
+    counts = op_counts(g)
+    assert counts["QuantizeLinear"] == 0 and counts["DequantizeLinear"] == 1  # dq(b2q): levels kept
