@@ -7,6 +7,8 @@ Usage, from the repository root (../shared must hold the zoo and its tool)::
 
 ``ZOO_DIR`` is an already materialized zoo; without ``--zoo-dir`` the requested models are first
 materialized into a temporary directory by ``../shared/tools/zoo/zoo.py`` (about a minute for all 36).
+``--source ort-extended|ort-transformers|ort-qoperator|ort-qdq`` runs the matrix on the files
+onnxruntime's own optimizer or quantizer makes of each model (``benchmarks/ort_sources.py``).
 
 For every model x path, ``kiln compile MODEL -o OUT --inputs inputs.npz`` runs in a subprocess
 (a fresh output folder in a temporary directory, ``--timeout`` seconds per compile) with
@@ -56,6 +58,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO_TOOL = ROOT.parent / "shared" / "tools" / "zoo" / "zoo.py"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.ort_sources import SOURCES, derive  # noqa: E402
 
 __all__ = [
     "main",
@@ -461,6 +467,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--paths", default=",".join(DEFAULT_PATHS), help=f"comma-separated, from {','.join(PATHS)}"
     )
+    p.add_argument(
+        "--source",
+        default="zoo",
+        help=f"zoo (the exported models) or what onnxruntime makes of them: {', '.join(SOURCES)}",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per compile (then: crash)")
     p.add_argument("--jobs", type=int, default=1, help="compiles run at the same time")
     p.add_argument("--json", type=Path, metavar="FILE", help="save every result (and the tables' data)")
@@ -478,6 +489,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs < 1 or args.timeout <= 0:
         p.error("--jobs must be >= 1 and --timeout > 0")
     wanted = [s.strip() for s in args.models.split(",") if s.strip()] or None
+    if args.source != "zoo" and args.source not in SOURCES:
+        p.error(f"--source: unknown {args.source!r} (choose from zoo, {', '.join(SOURCES)})")
 
     with tempfile.TemporaryDirectory(prefix="kiln-zoo-") as tmp:
         zoo_dir = args.zoo_dir
@@ -491,10 +504,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             if missing:
                 p.error(f"--models: not in {zoo_dir}: {', '.join(missing)}")
             names = [n for n in names if n in wanted]
+        skipped: dict[str, str] = {}
+        if args.source != "zoo":
+            print(f"deriving the {args.source} files ...", flush=True)
+            skipped = derive(args.source, zoo_dir, names, Path(tmp) / args.source)
+            zoo_dir = Path(tmp) / args.source
+            names = [n for n in names if n not in skipped]
+            for n, why in sorted(skipped.items()):
+                print(f"skipped {n}: onnxruntime's tool failed ({why})")
         isa, commit = cpu_isa(), kiln_commit()
         print(f"cpu isa: {isa}")
         print(f"kiln commit: {commit}")
-        print(f"models: {len(names)}, paths: {','.join(paths)}, timeout {args.timeout:g} s, jobs {args.jobs}")
+        print(
+            f"source: {args.source}, models: {len(names)} ({len(skipped)} skipped), "
+            f"paths: {','.join(paths)}, timeout {args.timeout:g} s, jobs {args.jobs}"
+        )
         head = f"{'model':<38} {'path':<9} {'class':<13} {'seconds':>7}  detail"
         print(head)
         print("-" * (len(head) + 40), flush=True)
@@ -535,6 +559,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "kiln_command": " ".join(kiln),
             "cpu_isa": isa,
             "paths": paths,
+            "source": args.source,
+            "skipped": skipped,
             "timeout_s": args.timeout,
             "jobs": args.jobs,
             "wall_s": round(wall, 1),
