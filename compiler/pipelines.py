@@ -81,9 +81,10 @@ LEGALIZATION: dict[str, list[PipelineItem]] = {
         "fuse-quantized-ops{depthwise=0,float_out=0,gemm=0}",
         # the dq(W_q) left (depthwise convs, Gemms) read as float weights by MNN's float ops; a
         # gathered int8 table (a quantized embedding) is a gathered float one: MNN's dq marks its
-        # input's grid, which only MNN's own quantize ops give
+        # input's grid, which only MNN's own quantize ops give (no size cap: MNN reads float weights
+        # only, e.g. a VGG classifier's 25088 x 4096)
         "dequantize-moves",
-        "fold-constants{only_dequantize=1}",
+        "fold-constants{only_dequantize=1,max_elements=1073741824}",
         # N-D MatMuls by constant weights as MNN's fully connected conv (bias fused, input packed once)
         "matmul-to-gemm{image=1}",
         "normalize-gemm",

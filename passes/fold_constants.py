@@ -13,9 +13,10 @@ zeros, then pos_proj); folded, it is stored once, the linear op folds or reads a
 weight quantized per channel, instead of an activation on one per-tensor grid. The
 max_elements cap still holds on that path.
 
-With ``dequantize=0`` a DequantizeLinear of an integer constant stays a node: dq(W_q) of a model
-that arrives quantized (QDQ, or QOperator lifted to QDQ) keeps its integer weights through the
-optimize pipelines, for the backends' integer forms (fuse-quantized-ops) and the ONNX artifact;
+With ``dequantize=0`` a DequantizeLinear of an integer constant that only linear ops read stays a
+node: dq(W_q) of a model that arrives quantized (QDQ, or QOperator lifted to QDQ) keeps its integer
+weights through the optimize pipelines, for the backends' integer forms (fuse-quantized-ops) and
+the ONNX artifact (other readers, e.g. a batchnorm's quantized scale, get the float constant);
 ``only_dequantize=1`` folds those alone (a backend's dq(W_q) left to float ops after its fusions).
 """
 
@@ -66,15 +67,21 @@ def weight_operand_cone(graph: Graph) -> set[int]:
 
 
 def _dequantizes_integers(graph: Graph, node: Node) -> bool:
-    """``node`` is a DequantizeLinear of integer levels (not of a float8 or float tensor) that no
-    QuantizeLinear reads (q(dq(c)), a requantized constant, as a tied bias is, folds whole)."""
+    """``node`` is a DequantizeLinear of integer levels (not of a float8 or float tensor)."""
     if node.op != "DequantizeLinear" or node.domain:
         return False
     x = graph.inputs_of(node)[0]
-    if x is None or x.type.dtype.numpy.kind not in "iu":
+    return x is not None and x.type.dtype.numpy.kind in "iu"
+
+
+def _linear_levels(graph: Graph, node: Node) -> bool:
+    """``node`` dequantizes integer levels that only linear ops (Conv, Gemm, MatMul...: WEIGHTED)
+    read, whose integer forms take the levels. Another reader (a batchnorm's quantized scale, a
+    requantizing QuantizeLinear of a tied bias) gets the float value."""
+    if not _dequantizes_integers(graph, node):
         return False
     readers = [u for out in graph.outputs_of(node) for u, _ in graph.users(out)]
-    return not any(u.op == "QuantizeLinear" and not u.domain for u in readers)
+    return bool(readers) and all(get_op(u.op, u.domain).quant is QuantPolicy.WEIGHTED for u in readers)
 
 
 def fold_reason(
@@ -123,8 +130,11 @@ class FoldConstants(Pass):
                 why = fold_reason(
                     graph, node, self.max_elements, self.max_growth, weight_operand=node.id in cone
                 )
-                dq = _dequantizes_integers(graph, node)
-                if why is not None or (dq and not self.dequantize) or (self.only_dequantize and not dq):
+                if why is not None:
+                    continue
+                if not self.dequantize and _linear_levels(graph, node):
+                    continue
+                if self.only_dequantize and not _dequantizes_integers(graph, node):
                     continue
                 args = [None if v is None else v.const for v in graph.inputs_of(node)]
                 try:

@@ -159,7 +159,7 @@ def test_gemm_option_off_keeps_qdq() -> None:
 
 def test_matmul_option_off_keeps_matmul_and_says_why() -> None:
     """matmul=0 (CANN: FullyConnection reads 2-D data) keeps MatMul in QDQ form, Gemm still fuses."""
-    assert pipeline("legalize-cann")[0] == f"{PASS}{{matmul=0}}"
+    assert f"{PASS}{{matmul=0}}" in pipeline("legalize-cann")
     g = load_onnx(gemm_model("matmul"))
     ctx = PassContext()
     assert not run_passes(g, [f"{PASS}{{matmul=0}}"], ctx).changed
