@@ -265,6 +265,22 @@ def _after_pipeline(model: onnx.ModelProto) -> tuple[Any, Counter[str]]:
     return graph, op_counts(graph)
 
 
+def _compiles_and_matches(
+    name: str, optimized: onnx.ModelProto, original: onnx.ModelProto, inputs: Path
+) -> Counter[str]:
+    """``optimized`` after the default pipeline holds no com.microsoft op and, exported, is within
+    ZOO_MAX_REL of onnxruntime on ``original``; its op counts."""
+    feeds = dict(np.load(inputs))
+    want = ort_session(original).run(None, feeds)
+    graph, counts = _after_pipeline(optimized)
+    assert not [op for op in counts if op.startswith(MS)], counts
+    got = ort_session(model_bytes(export_onnx(graph))).run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        err = float(np.max(np.abs(g - w))) / max(1.0, float(np.max(np.abs(w))))
+        assert err <= ZOO_MAX_REL, f"{name}: max rel {err:.3g}"
+    return counts
+
+
 @pytest.mark.parametrize("name", sorted(ZOO_CASES))
 def test_onnxruntime_optimized_zoo_model_compiles_and_matches(
     name: str,
@@ -277,14 +293,7 @@ def test_onnxruntime_optimized_zoo_model_compiles_and_matches(
     optimized = _ort_optimized(m.model, tmp_path / "optimized.onnx")
     held = Counter(n.op_type for n in optimized.graph.node if n.op_type in ORT_FUSED)
     assert fused_ops <= set(held), held
-    feeds = dict(np.load(m.inputs))
-    want = ort_session(original).run(None, feeds)
-    graph, counts = _after_pipeline(optimized)
-    assert not [op for op in counts if op.startswith(MS)], counts
-    got = ort_session(model_bytes(export_onnx(graph))).run(None, feeds)
-    for g, w in zip(got, want, strict=True):
-        err = float(np.max(np.abs(g - w))) / max(1.0, float(np.max(np.abs(w))))
-        assert err <= ZOO_MAX_REL, f"{name}: max rel {err:.3g}"
+    counts = _compiles_and_matches(name, optimized, original, m.inputs)
     if same_counts:
         assert counts == _after_pipeline(original)[1]
     if "FusedMatMul" in held:
@@ -387,11 +396,4 @@ def test_onnxruntime_transformer_optimizer_output_compiles_and_matches(
     optimized = onnx.load(tmp_path / "optimized.onnx")
     held = Counter(n.op_type for n in optimized.graph.node if n.domain == MS)
     assert fused_ops <= set(held), held
-    feeds = dict(np.load(m.inputs))
-    want = ort_session(onnx.load(m.model)).run(None, feeds)
-    graph, counts = _after_pipeline(optimized)
-    assert not [op for op in counts if op.startswith(MS)], counts
-    got = ort_session(model_bytes(export_onnx(graph))).run(None, feeds)
-    for g, w in zip(got, want, strict=True):
-        err = float(np.max(np.abs(g - w))) / max(1.0, float(np.max(np.abs(w))))
-        assert err <= ZOO_MAX_REL, f"{name}: max rel {err:.3g}"
+    _compiles_and_matches(name, optimized, onnx.load(m.model), m.inputs)

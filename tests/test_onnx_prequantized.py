@@ -147,9 +147,8 @@ def _output_scale(model: onnx.ModelProto) -> float:
     return float(init[dq.input[1]])
 
 
-@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
-@pytest.mark.parametrize("act", [QuantType.QUInt8, QuantType.QInt8], ids=["u8", "s8"])
-def test_quantize_static_qoperator_cnn(tmp_path: Path, per_channel: bool, act: QuantType) -> None:
+def _qoperator_cnn(tmp_path: Path, per_channel: bool, act: QuantType) -> Path:
+    """The test CNN quantized by onnxruntime's quantize_static in QOperator form (its path)."""
     src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_q.onnx"
     onnx.save(cnn_model(), src)
     quantize_static(
@@ -162,7 +161,13 @@ def test_quantize_static_qoperator_cnn(tmp_path: Path, per_channel: bool, act: Q
         weight_type=QuantType.QInt8,
         reduce_range=True,  # see S8_WEIGHTS
     )
-    model = onnx.load(dst)
+    return dst
+
+
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
+@pytest.mark.parametrize("act", [QuantType.QUInt8, QuantType.QInt8], ids=["u8", "s8"])
+def test_quantize_static_qoperator_cnn(tmp_path: Path, per_channel: bool, act: QuantType) -> None:
+    model = onnx.load(_qoperator_cnn(tmp_path, per_channel, act))
     ops = {(n.domain, n.op_type) for n in model.graph.node}
     assert {("", "QLinearConv"), (MS, "QLinearAdd"), (MS, "QLinearGlobalAveragePool"), (MS, "QGemm")} <= ops
     graph = load_onnx(model)
@@ -183,17 +188,7 @@ def test_default_pipeline_keeps_the_integer_weights_of_a_quantized_source(tmp_pa
     """dq(W_q) stays a node through the optimize pipeline (fold-constants{dequantize=0}): the ONNX
     artifact holds int8 weights (no bigger than the source), and onnxruntime, fusing its QDQ back
     into integer kernels, computes exactly what it computes on the QOperator source."""
-    src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn_q.onnx"
-    onnx.save(cnn_model(), src)
-    quantize_static(
-        str(src),
-        str(dst),
-        _Reader(1),
-        quant_format=QuantFormat.QOperator,
-        per_channel=True,
-        weight_type=QuantType.QInt8,
-        reduce_range=True,
-    )
+    dst = _qoperator_cnn(tmp_path, True, QuantType.QInt8)
     graph = load_onnx(onnx.load(dst))
     run_passes(graph, pipeline("default"))
     weights = [
